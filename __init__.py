@@ -1,0 +1,22 @@
+"""adjit: trace a NumPy loss into a graph, derive its adjoint, and generate fast code.
+
+>>> import numpy as np, adjit
+>>> adjit.grad(lambda w: np.mean((w * 2.0 - 1.0) ** 2))(np.array([0.0, 1.0]))
+array([-2.,  2.])
+"""
+from .backends.runtime import MemoryReport, Program, measure_peak_memory
+from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jacobian,
+                           jvp, value_and_grad, vjp)
+from .frontend.functions import (logsumexp, log_softmax, one_hot, relu, sigmoid, softmax,
+                                 softplus, stop_gradient, where)
+from .frontend.trace import trace
+from .ir.errors import (AdjitError, BudgetError, GradError, ShapeError, TraceError,
+                        UnsupportedError, VerifyError)
+from .ir.graph import Graph
+
+__all__ = ["AdjitError", "BudgetError", "Compiled", "Graph", "GradError", "MemoryReport",
+           "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
+           "compile", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
+           "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
+           "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "where"]
+__version__ = "0.1.0"

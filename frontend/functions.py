@@ -1,0 +1,642 @@
+"""Array functions that build IR: the ones NumPy calls dispatch to, and the ones VJP rules use.
+
+Every function takes Tracers, NumPy arrays or Python scalars. With no Tracer among its
+arguments it simply computes with NumPy, so the same code runs traced and untraced. Type
+promotion follows NumPy 2 (Python scalars are weak: a float32 array stays float32), and
+broadcasting is made explicit with `broadcast_to` nodes.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from ..ir.errors import GradError, ShapeError, UnsupportedError
+from ..ir.ops import OPS, _build_key
+from .tracer import Tracer, current, user_where, _at
+
+
+# -- lifting values into the trace ------------------------------------------------------------
+def _is_tracer(x):
+    return isinstance(x, Tracer)
+
+
+def _ctx(xs):
+    for x in xs:
+        if isinstance(x, Tracer):
+            return x.ctx
+    return None
+
+
+def const(value, dtype=None):
+    """A constant node in the current trace (0-d constants are broadcast where used)."""
+    ctx = current()
+    value = np.asarray(value, dtype=dtype)
+    return ctx.emit("const", [], {"value": value, "dtype": value.dtype})
+
+
+def lift(x, dtype, ctx=None):
+    """A Tracer for x with the given dtype (constants are folded to that dtype)."""
+    if isinstance(x, Tracer):
+        return cast(x, dtype)
+    ctx = ctx or current()
+    with_ctx = ctx if ctx is not None else current()
+    value = np.asarray(x).astype(dtype, copy=False)
+    return with_ctx.emit("const", [], {"value": value, "dtype": value.dtype})
+
+
+def _weak(x):
+    return isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.generic)
+
+
+def result_dtype(*xs):
+    """NumPy 2 promotion: arrays and NumPy scalars are strong, Python scalars weak."""
+    return np.result_type(*[_dtype_part(x) for x in xs])
+
+
+def _dtype_part(x):
+    if isinstance(x, Tracer):
+        d = x.ctx.graph[x.id]
+        if d["op"] == "input" and d["attrs"].get("weak"):
+            # a Python scalar argument stays weak, as it would be in untraced NumPy code
+            return {"b": True, "i": 1, "u": 1, "f": 1.0, "c": 1j}[x.dtype.kind]
+        return x.dtype
+    return x if _weak(x) else np.asarray(x).dtype
+
+
+def _broadcast_shape(op, shapes):
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " and ".join(str(tuple(s)) for s in shapes)
+        raise ShapeError(f"{op}: shapes {shown} cannot be broadcast together"
+                         f"{_at(user_where())}") from None
+
+
+def _shape_of(x):
+    return x.shape if isinstance(x, Tracer) else np.shape(x)
+
+
+def _elementwise(op, xs, dtype=None, float_only=False):
+    """Promote, lift and broadcast xs, then emit `op`; with no tracer, compute with NumPy."""
+    if not any(isinstance(x, Tracer) for x in xs):
+        return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
+    ctx = _ctx(xs)
+    dt = result_dtype(*xs) if dtype is None else np.dtype(dtype)
+    if float_only and dt.kind not in "fc":
+        dt = np.result_type(dt, 1.0)
+    shape = _broadcast_shape(op, [_shape_of(x) for x in xs])
+    args = [broadcast_to(lift(x, dt, ctx), shape) for x in xs]
+    return ctx.emit(op, args)
+
+
+# -- elementwise ------------------------------------------------------------------------------
+def add(x, y): return _elementwise("add", [x, y])
+def sub(x, y): return _elementwise("sub", [x, y])
+def mul(x, y): return _elementwise("mul", [x, y])
+def div(x, y): return _elementwise("div", [x, y], float_only=True)
+def power(x, y): return _elementwise("pow", [x, y])
+def maximum(x, y): return _elementwise("maximum", [x, y])
+def minimum(x, y): return _elementwise("minimum", [x, y])
+def neg(x): return _elementwise("neg", [x])
+def exp(x): return _elementwise("exp", [x], float_only=True)
+def expm1(x): return _elementwise("expm1", [x], float_only=True)
+def log(x): return _elementwise("log", [x], float_only=True)
+def log1p(x): return _elementwise("log1p", [x], float_only=True)
+def sin(x): return _elementwise("sin", [x], float_only=True)
+def cos(x): return _elementwise("cos", [x], float_only=True)
+def tanh(x): return _elementwise("tanh", [x], float_only=True)
+def sqrt(x): return _elementwise("sqrt", [x], float_only=True)
+def abs(x): return _elementwise("abs", [x])  # noqa: A001 - NumPy's name
+def sign(x): return _elementwise("sign", [x])
+
+
+def stop_gradient(x):
+    """The same values, but no cotangent flows back through them."""
+    return _elementwise("stop_gradient", [x])
+
+
+def _compare(op, x, y):
+    if not any(isinstance(v, Tracer) for v in (x, y)):
+        return OPS[op].numpy(x, y)
+    ctx = _ctx([x, y])
+    dt = result_dtype(x, y)
+    shape = _broadcast_shape(op, [_shape_of(x), _shape_of(y)])
+    return ctx.emit(op, [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
+
+
+def gt(x, y): return _compare("gt", x, y)
+def ge(x, y): return _compare("ge", x, y)
+def lt(x, y): return _compare("lt", x, y)
+def le(x, y): return _compare("le", x, y)
+def eq(x, y): return _compare("eq", x, y)
+def ne(x, y): return _compare("ne", x, y)
+
+
+def where(cond, x, y):
+    """Elementwise choice `x if cond else y`, the traceable form of an `if` on array values.
+
+    >>> import numpy as np, adjit
+    >>> adjit.where(np.array([1.0, -2.0]) > 0, 1.0, 0.0)
+    array([1., 0.])
+    """
+    if not any(isinstance(v, Tracer) for v in (cond, x, y)):
+        return np.where(cond, x, y)
+    ctx = _ctx([cond, x, y])
+    dt = result_dtype(x, y)
+    shape = _broadcast_shape("where", [_shape_of(cond), _shape_of(x), _shape_of(y)])
+    if isinstance(cond, Tracer) and cond.dtype != np.bool_:
+        cond = ne(cond, 0)
+    c = broadcast_to(lift(cond, np.bool_, ctx), shape)
+    return ctx.emit("where", [c] + [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
+
+
+def cast(x, dtype):
+    dtype = np.dtype(dtype)
+    if not isinstance(x, Tracer):
+        return np.asarray(x).astype(dtype)
+    if x.dtype == dtype:
+        return x
+    return x.ctx.emit("cast", [x], {"dtype": dtype})
+
+
+# -- layout -----------------------------------------------------------------------------------
+def broadcast_to(x, shape):
+    shape = tuple(int(d) for d in shape)
+    if not isinstance(x, Tracer):
+        return np.broadcast_to(x, shape)
+    if x.shape == shape:
+        return x
+    if _broadcast_shape("broadcast_to", [x.shape, shape]) != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}"
+                         f"{_at(user_where())}")
+    return x.ctx.emit("broadcast_to", [x], {"shape": shape})
+
+
+def unbroadcast(g, shape):
+    """Sum g down to `shape`: the VJP of broadcasting."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = len(g.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and g.shape[lead + i] != 1)
+    s = sum(g, axis=axes, keepdims=True) if axes else g
+    return reshape(s, shape)
+
+
+def reshape(x, *shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    if not isinstance(x, Tracer):
+        return np.reshape(x, shape)
+    shape = [int(d) for d in shape]
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape: more than one -1 in {tuple(shape)}{_at(user_where())}")
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if -1 in shape:
+        if known == 0 or x.size % known:
+            raise ShapeError(f"reshape: cannot reshape {x.shape} (size {x.size}) into "
+                             f"{tuple(shape)}{_at(user_where())}")
+        shape[shape.index(-1)] = x.size // known
+    shape = tuple(shape)
+    if int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"reshape: cannot reshape {x.shape} (size {x.size}) into {shape}"
+                         f"{_at(user_where())}")
+    if shape == x.shape:
+        return x
+    return x.ctx.emit("reshape", [x], {"shape": shape})
+
+
+def _norm_axes(axes, ndim, what):
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < builtins.max(ndim, 1):
+            raise ShapeError(f"{what}: axis {a} is out of bounds for an array of dimension "
+                             f"{ndim}{_at(user_where())}")
+        out.append(a % builtins.max(ndim, 1))
+    return tuple(out)
+
+
+def transpose(x, axes=None, *more):
+    if more:
+        axes = (axes,) + more
+    if not isinstance(x, Tracer):
+        return np.transpose(x, axes)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else _norm_axes(axes, x.ndim,
+                                                                          "transpose")
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of {x.ndim} "
+                         f"dimensions{_at(user_where())}")
+    if perm == tuple(range(x.ndim)):
+        return x
+    return x.ctx.emit("transpose", [x], {"perm": perm})
+
+
+def swap_last(x):
+    perm = list(range(len(_shape_of(x))))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return transpose(x, perm)
+
+
+def swapaxes(x, a, b):
+    perm = list(range(len(_shape_of(x))))
+    a, b = _norm_axes((a, b), len(perm), "swapaxes")
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+def expand_dims(x, axis):
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    shape = list(_shape_of(x))
+    nd = len(shape) + len(axes)
+    for a in sorted(_norm_axes(axes, nd, "expand_dims")):
+        shape.insert(a, 1)
+    return reshape(x, tuple(shape))
+
+
+def squeeze(x, axis=None):
+    shape = _shape_of(x)
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(shape) if d == 1)
+    else:
+        axes = _norm_axes(axis if isinstance(axis, (tuple, list)) else (axis,), len(shape),
+                          "squeeze")
+        if any(shape[a] != 1 for a in axes):
+            raise ShapeError(f"squeeze: cannot squeeze axis of size != 1 in {shape}"
+                             f"{_at(user_where())}")
+    return reshape(x, tuple(d for i, d in enumerate(shape) if i not in axes))
+
+
+def ravel(x):
+    return reshape(x, (-1,))
+
+
+def concatenate(xs, axis=0):
+    xs = list(xs)
+    if not any(isinstance(x, Tracer) for x in xs):
+        return np.concatenate(xs, axis=axis)
+    ctx = _ctx(xs)
+    dt = result_dtype(*xs)
+    xs = [lift(x, dt, ctx) for x in xs]
+    nd = xs[0].ndim
+    if nd == 0 or any(x.ndim != nd for x in xs):
+        raise ShapeError(f"concatenate: arrays must have the same number (>0) of dimensions, "
+                         f"got {[x.shape for x in xs]}{_at(user_where())}")
+    ax = _norm_axes((axis,), nd, "concatenate")[0]
+    for x in xs:
+        if x.shape[:ax] + x.shape[ax + 1:] != xs[0].shape[:ax] + xs[0].shape[ax + 1:]:
+            raise ShapeError(f"concatenate: shapes {[x.shape for x in xs]} differ outside "
+                             f"axis {ax}{_at(user_where())}")
+    if len(xs) == 1:
+        return xs[0]
+    return ctx.emit("concatenate", xs, {"axis": ax})
+
+
+def stack(xs, axis=0):
+    xs = list(xs)
+    nd = len(_shape_of(xs[0])) + 1
+    ax = _norm_axes((axis,), nd, "stack")[0]
+    return concatenate([expand_dims(x, ax) for x in xs], axis=ax)
+
+
+def split_like(g, sizes, axis):
+    out, start = [], 0
+    for s in sizes:
+        index = tuple([slice(None)] * axis + [slice(start, start + s)])
+        out.append(slice_(g, index))
+        start += s
+    return out
+
+
+# -- indexing ---------------------------------------------------------------------------------
+def _norm_index(key, ndim):
+    """Expand Ellipsis and check bounds; returns a tuple of slices, ints and None."""
+    key = key if isinstance(key, tuple) else (key,)
+    n_real = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if builtins.sum(1 for k in key if k is Ellipsis) > 1:
+        raise ShapeError(f"an index can only have a single ellipsis{_at(user_where())}")
+    out = []
+    for k in key:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - n_real))
+        else:
+            out.append(k)
+    return tuple(out)
+
+
+def _index_op(op, args, attrs):
+    if not any(isinstance(a, Tracer) for a in args):
+        return OPS[op].numpy(*[np.asarray(a) for a in args], **attrs)
+    ctx = _ctx(args)
+    args = [a if isinstance(a, Tracer) else lift(a, np.asarray(a).dtype, ctx) for a in args]
+    return ctx.emit(op, args, attrs)
+
+
+def slice_(x, index):
+    return _index_op("slice", [x], {"index": index})
+
+
+def unslice(g, index, shape):
+    return _index_op("unslice", [g], {"index": index, "shape": tuple(shape)})
+
+
+def gather(x, idx, key):
+    return _index_op("gather", [x] + list(idx), {"key": key})
+
+
+def scatter_add(g, idx, key, shape):
+    return _index_op("scatter_add", [g] + list(idx), {"key": key, "shape": tuple(shape)})
+
+
+def getitem(x, key):
+    """x[key]: basic indexing becomes a `slice` view, integer arrays a `gather`."""
+    key = _norm_index(key, x.ndim)
+    if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
+        arrays, tkey = [], []
+        for k in key:
+            if isinstance(k, (Tracer, np.ndarray, list)):
+                k = k if isinstance(k, Tracer) else np.asarray(k)
+                if k.dtype == np.bool_:
+                    raise UnsupportedError(
+                        f"boolean mask indexing makes a shape that depends on the data"
+                        f"{_at(user_where())}; use adjit.where(mask, x, 0) instead")
+                if k.dtype.kind not in "iu":
+                    raise ShapeError(f"index arrays must be integers, got {k.dtype}"
+                                     f"{_at(user_where())}")
+                tkey.append(("a", len(arrays)))
+                arrays.append(k if isinstance(k, Tracer) else lift(k, k.dtype, x.ctx))
+            elif k is None:
+                tkey.append(("n",))
+            elif isinstance(k, slice):
+                tkey.append(("s", k))
+            else:
+                tkey.append(("i", _static_int(k)))
+        try:
+            return gather(x, arrays, tuple(tkey))
+        except ShapeError:
+            raise
+    key = tuple(k if k is None or isinstance(k, slice) else _static_int(k) for k in key)
+    for k in key:
+        if isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop,
+                                                                        k.step)):
+            x._concrete("a slice bound")
+    nreal = builtins.sum(1 for k in key if k is not None)
+    if nreal > x.ndim:
+        raise ShapeError(f"too many indices ({nreal}) for an array of shape {x.shape}"
+                         f"{_at(user_where())}")
+    for k, d in zip([k for k in key if k is not None], x.shape):
+        if isinstance(k, int) and not -d <= k < d:
+            raise ShapeError(f"index {k} is out of bounds for axis of size {d} in an array "
+                             f"of shape {x.shape}{_at(user_where())}")
+    if all(isinstance(k, slice) and k == slice(None) for k in key):
+        return x
+    return slice_(x, key)
+
+
+def _static_int(k):
+    if isinstance(k, Tracer):
+        k._concrete("using a traced scalar as an index")
+    if isinstance(k, (numbers.Integral, np.integer)):
+        return int(k)
+    raise UnsupportedError(f"unsupported index {type(k).__name__}{_at(user_where())}")
+
+
+def take_along_axis(x, indices, axis):
+    """np.take_along_axis as a gather with broadcast aranges on the other axes."""
+    ax = _norm_axes((axis,), x.ndim, "take_along_axis")[0]
+    key = []
+    for i in range(x.ndim):
+        if i == ax:
+            key.append(indices)
+        else:
+            shape = [1] * x.ndim
+            shape[i] = x.shape[i]
+            key.append(np.arange(x.shape[i]).reshape(shape))
+    return getitem(x, tuple(key))
+
+
+def one_hot(labels, num_classes, dtype=np.float32):
+    """Rows of the identity matrix picked by integer labels (no gradient).
+
+    >>> import numpy as np, adjit
+    >>> adjit.one_hot(np.array([2, 0]), 3)
+    array([[0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
+    """
+    if not isinstance(labels, Tracer):
+        return OPS["one_hot"].numpy(np.asarray(labels), num_classes=num_classes, dtype=dtype)
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(f"one_hot: labels must be integers, got {labels.dtype}"
+                         f"{_at(user_where())}")
+    return labels.ctx.emit("one_hot", [labels], {"num_classes": int(num_classes),
+                                                 "dtype": np.dtype(dtype)})
+
+
+# -- reductions -------------------------------------------------------------------------------
+def _axes(x, axis):
+    nd = len(_shape_of(x))
+    if axis is None:
+        return tuple(range(nd))
+    return tuple(sorted(set(_norm_axes(axis if isinstance(axis, (tuple, list)) else (axis,),
+                                       nd, "reduction"))))
+
+
+def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001 - NumPy's name
+    if not isinstance(x, Tracer):
+        return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    if dtype is not None:
+        x = cast(x, dtype)
+    elif x.dtype.kind in "bui":
+        x = cast(x, np.int64)
+    axes = _axes(x, axis)
+    if not axes:
+        return x
+    return x.ctx.emit("sum", [x], {"axis": axes, "keepdims": bool(keepdims)})
+
+
+def mean(x, axis=None, keepdims=False, dtype=None):
+    if not isinstance(x, Tracer):
+        return np.mean(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    if x.dtype.kind not in "fc":
+        x = cast(x, np.float64 if dtype is None else dtype)
+    axes = _axes(x, axis)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return div(sum(x, axes, keepdims, dtype), n)
+
+
+def var(x, axis=None, keepdims=False, ddof=0):
+    m = mean(x, axis, keepdims=True)
+    d = sub(x, m)
+    axes = _axes(x, axis)
+    n = int(np.prod([_shape_of(x)[a] for a in axes], dtype=np.int64))
+    return div(sum(mul(d, d), axes, keepdims), n - ddof)
+
+
+def std(x, axis=None, keepdims=False, ddof=0):
+    return sqrt(var(x, axis, keepdims, ddof))
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    if not isinstance(x, Tracer):
+        return np.max(x, axis=axis, keepdims=keepdims)
+    if x.size == 0:
+        raise ShapeError(f"max of an empty array{_at(user_where())}")
+    axes = _axes(x, axis)
+    if not axes:
+        return x
+    return x.ctx.emit("max", [x], {"axis": axes, "keepdims": bool(keepdims)})
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
+    if not isinstance(x, Tracer):
+        return np.min(x, axis=axis, keepdims=keepdims)
+    return neg(max(neg(x), axis, keepdims))
+
+
+# -- products ---------------------------------------------------------------------------------
+def matmul(x, y):
+    if not any(isinstance(v, Tracer) for v in (x, y)):
+        return np.matmul(x, y)
+    ctx = _ctx([x, y])
+    dt = result_dtype(x, y)
+    a, b = lift(x, dt, ctx), lift(y, dt, ctx)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: operands must not be scalars (shapes {a.shape} @ {b.shape})"
+                         f"{_at(user_where())}; use * to scale")
+    va, vb = a.ndim == 1, b.ndim == 1
+    if va:
+        a = reshape(a, (1,) + a.shape)
+    if vb:
+        b = reshape(b, b.shape + (1,))
+    if a.shape[-1] != b.shape[-2]:
+        shown_a = x.shape if isinstance(x, Tracer) else np.shape(x)
+        shown_b = y.shape if isinstance(y, Tracer) else np.shape(y)
+        raise ShapeError(f"matmul: inner dimensions differ ({a.shape[-1]} vs {b.shape[-2]}) "
+                         f"for shapes {tuple(shown_a)} @ {tuple(shown_b)}{_at(user_where())}")
+    batch = _broadcast_shape("matmul", [a.shape[:-2], b.shape[:-2]])
+    a = broadcast_to(a, batch + a.shape[-2:])
+    b = broadcast_to(b, batch + b.shape[-2:])
+    out = ctx.emit("matmul", [a, b])
+    if va:
+        out = reshape(out, out.shape[:-2] + out.shape[-1:])
+    if vb:
+        out = reshape(out, out.shape[:-1])
+    return out
+
+
+def dot(x, y):
+    sx, sy = _shape_of(x), _shape_of(y)
+    if len(sx) == 0 or len(sy) == 0:
+        return mul(x, y)
+    if len(sx) <= 2 and len(sy) <= 2:
+        return matmul(x, y)
+    raise UnsupportedError(f"np.dot of arrays with more than 2 dimensions{_at(user_where())};"
+                           " use np.matmul (batched) or np.einsum-free reshapes")
+
+
+def outer(x, y):
+    return mul(reshape(x, (-1, 1)), reshape(y, (1, -1)))
+
+
+def inner(x, y):
+    return sum(mul(x, y), axis=-1)
+
+
+# -- constants --------------------------------------------------------------------------------
+def zeros(shape, dtype=np.float64):
+    if current() is None:
+        return np.zeros(shape, dtype)
+    return broadcast_to(const(np.zeros((), dtype)), shape)
+
+
+def full_like(x, value, dtype=None):
+    dtype = np.dtype(dtype or _dtype_of(x))
+    if not isinstance(x, Tracer):
+        return np.full_like(x, value, dtype=dtype)
+    return broadcast_to(lift(value, dtype, x.ctx), x.shape)
+
+
+def zeros_like(x, dtype=None):
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x, dtype=None):
+    return full_like(x, 1, dtype)
+
+
+def _dtype_of(x):
+    return x.dtype if isinstance(x, Tracer) else np.asarray(x).dtype
+
+
+# -- composites users reach for ---------------------------------------------------------------
+def relu(x):
+    """max(x, 0), with derivative 0 at 0 as in PyTorch.
+
+    >>> import numpy as np, adjit
+    >>> adjit.relu(np.array([-1.0, 2.0]))
+    array([0., 2.])
+    """
+    return where(gt(x, 0), x, 0)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), written as 0.5 tanh(x/2) + 0.5 so it never overflows.
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.sigmoid(np.array(0.0)))
+    0.5
+    """
+    return add(mul(tanh(mul(x, 0.5)), 0.5), 0.5)
+
+
+def softplus(x):
+    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
+
+    >>> import numpy as np, adjit
+    >>> round(float(adjit.softplus(np.array(0.0))), 6)
+    0.693147
+    """
+    return add(maximum(x, 0), log1p(exp(neg(abs(x)))))
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) shifted by the max so it never overflows.
+
+    >>> import numpy as np, adjit
+    >>> round(float(adjit.logsumexp(np.array([1000.0, 1000.0]))), 6)
+    1000.693147
+    """
+    # the shift cancels mathematically, so no cotangent needs to flow through the max
+    m = stop_gradient(max(x, axis=axis, keepdims=True))
+    s = add(log(sum(exp(sub(x, m)), axis=axis, keepdims=True)), m)
+    return s if keepdims else squeeze(s, _axes(x, axis))
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x): log-probabilities along `axis`.
+
+    >>> import numpy as np, adjit
+    >>> np.round(np.exp(adjit.log_softmax(np.array([0.0, 0.0]))), 3)
+    array([0.5, 0.5])
+    """
+    return sub(x, logsumexp(x, axis=axis, keepdims=True))
+
+
+def softmax(x, axis=-1):
+    """exp(log_softmax(x)): probabilities along `axis`.
+
+    >>> import numpy as np, adjit
+    >>> adjit.softmax(np.array([0.0, 0.0]))
+    array([0.5, 0.5])
+    """
+    return exp(log_softmax(x, axis))
+
+
+def no_grad_error(what):
+    raise GradError(what)
+
+
+_ = _build_key

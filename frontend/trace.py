@@ -1,0 +1,140 @@
+"""Tracing a Python function into an ir.Graph, and replaying a Graph into the current trace.
+
+trace(fn, *args) -> Graph whose inputs are the array leaves of the non-static arguments (named
+after the parameters and pytree paths) and whose outputs are the leaves of fn's result.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+
+import numpy as np
+
+from ..ir.errors import GradError, TraceError
+from ..ir.graph import Where
+from . import pytree
+from .tracer import TraceContext, Tracer, where_override
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
+
+
+def arg_names(fn, n):
+    """Parameter names of fn for n positional arguments (arg<i> where unknown)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [p.name for p in params][:n]
+    except (TypeError, ValueError):
+        names = []
+    return names + [f"arg{i}" for i in range(len(names), n)]
+
+
+def leaf_spec(leaf, what):
+    """(shape, dtype, weak) of an argument leaf; Python scalars are weakly typed."""
+    if isinstance(leaf, Tracer):
+        return leaf.shape, leaf.dtype, False
+    if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+        return (), np.asarray(leaf).dtype, True
+    try:
+        a = np.asarray(leaf)
+    except Exception as e:  # noqa: BLE001 - reported with the argument's name
+        raise TraceError(f"argument {what} is not an array ({type(leaf).__name__}): {e}")
+    if a.dtype == object or a.dtype.kind not in "biufc":
+        raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
+                         "only (pass other values as static arguments: static_argnums=...)")
+    return a.shape, a.dtype, False
+
+
+def trace(fn, *args, static_argnums=()):
+    """Trace fn on arguments like args into a Graph (values are only used for shapes/dtypes).
+
+    >>> import numpy as np, adjit
+    >>> g = adjit.trace(lambda x: np.sum(np.exp(x)), np.zeros(3))
+    >>> [g[n]["op"] for n in g.nodes()]
+    ['input', 'exp', 'sum']
+    """
+    static = set(static_argnums)
+    names = arg_names(fn, len(args))
+    ctx = TraceContext()
+    call_args = []
+    in_trees = []
+    with ctx:
+        for i, (a, name) in enumerate(zip(args, names)):
+            if i in static:
+                call_args.append(a)
+                in_trees.append(None)
+                continue
+            leaves, treedef, paths = pytree.flatten(a, name)
+            tracers = []
+            for leaf, path in zip(leaves, paths):
+                shape, dtype, weak = leaf_spec(leaf, path)
+                t = ctx.input(shape, dtype, path)
+                if weak:
+                    ctx.graph[t.id]["attrs"]["weak"] = True
+                tracers.append(t)
+            in_trees.append(treedef)
+            call_args.append(pytree.unflatten(treedef, tracers))
+        out = fn(*call_args)
+        out_leaves, out_tree, _ = pytree.flatten(out, "out")
+        outs = []
+        for leaf in out_leaves:
+            if not isinstance(leaf, Tracer):
+                from . import functions as F
+                leaf = F.const(leaf)
+            outs.append(leaf.id)
+    g = ctx.graph
+    g.outputs = outs
+    g.meta.update(in_trees=in_trees, out_tree=out_tree, fn_name=getattr(fn, "__name__", "fn"))
+    name_assignments(g)
+    return g
+
+
+def name_assignments(g):
+    """Give the last node of each `h = ...` source line the name `h` (shown as h_v12)."""
+    last = {}
+    for n in g.nodes():
+        d = g[n]
+        w = d["where"]
+        if w is None or w.role or d["op"] in ("input", "const") or d["name"]:
+            continue
+        last[(w.file, w.line)] = n
+    for (file, line), n in last.items():
+        m = _ASSIGN.match(Where(file, line).text)
+        if m and m.group(1) != "_":
+            g[n]["name"] = m.group(1)
+
+
+def replay(graph, inputs, role=None, env=None):
+    """Emit graph's nodes into the current trace with `inputs` for its inputs.
+
+    Returns (outputs, env) where env maps graph node ids to the new tracers. With `role`, the
+    new nodes are marked (e.g. "recompute"); otherwise they keep their roles.
+    """
+    env = dict(env or {})
+    assert len(inputs) == len(graph.inputs)
+    env.update(zip(graph.inputs, inputs))
+    ctx = inputs[0].ctx if inputs else None
+    from .tracer import current
+    ctx = ctx or current()
+    for n in graph.nodes():
+        if n in env:
+            continue
+        d = graph[n]
+        w = d["where"]
+        if role is not None and w is not None:
+            w = w.with_role(role)
+        with where_override(w):
+            env[n] = ctx.emit(d["op"], [env[a] for a in d["args"]], d["attrs"], where=w,
+                              name=d["name"])
+    return [env[o] for o in graph.outputs], env
+
+
+def check_differentiable(graph, positions, fn_name):
+    for p in positions:
+        d = graph[graph.inputs[p]]
+        if d["dtype"].kind not in "fc":
+            raise GradError(
+                f"cannot differentiate {fn_name} with respect to {d['name']} of dtype "
+                f"{d['dtype']}: only floating-point inputs have gradients. Convert it with "
+                ".astype(np.float64), or leave it out of argnums (integer labels need no "
+                "gradient).")

@@ -1,0 +1,192 @@
+"""Symbolic arrays: a `Tracer` records every NumPy operation applied to it into an ir.Graph.
+
+`TraceContext` owns the graph being built; `emit` adds one node after checking its shape rule.
+Each node remembers the user's file:line (the first stack frame outside adjit's internals).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+import numpy as np
+
+from ..ir.errors import ShapeError, TraceError
+from ..ir.graph import Graph, Where
+from ..ir.ops import OPS
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# frames in these folders are adjit's machinery; nn/ counts as user code so its lines show
+_INTERNAL = tuple(os.path.join(_PKG, d) + os.sep for d in ("ir", "frontend", "passes",
+                                                          "backends"))
+_INTERNAL_FILES = (os.path.join(_PKG, "__init__.py"),)
+
+_state = threading.local()
+
+
+def _stack():
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
+
+def current():
+    """The innermost active TraceContext, or None."""
+    s = _stack()
+    return s[-1] if s else None
+
+
+def user_where() -> Where | None:
+    """The user's file:line: the first frame outside adjit's internals."""
+    override = getattr(_state, "where", None)
+    if override is not None:
+        return override
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_INTERNAL) and fn not in _INTERNAL_FILES and "importlib" not in fn:
+            return Where(fn, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+@contextlib.contextmanager
+def where_override(where: Where | None):
+    """Attribute every node emitted inside to `where` (used by VJP rules and replays)."""
+    old = getattr(_state, "where", None)
+    _state.where = where
+    try:
+        yield
+    finally:
+        _state.where = old
+
+
+class TraceContext:
+    """Builds one Graph; `with ctx:` makes it the target of NumPy calls on tracers."""
+
+    def __init__(self):
+        self.graph = Graph()
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().pop()
+
+    def input(self, shape, dtype, name, where=None) -> "Tracer":
+        nid = self.graph.add("input", (), shape, dtype, {"shape": tuple(shape),
+                             "dtype": np.dtype(dtype)}, name=name, where=where)
+        self.graph.inputs.append(nid)
+        return Tracer(self, nid)
+
+    def emit(self, op, args, attrs=None, where=None, name=None) -> "Tracer":
+        """Add one node; args are Tracers of this context. Checks the op's shape rule."""
+        attrs = attrs or {}
+        opdef = OPS[op]
+        for a in args:
+            if a.ctx is not self:
+                raise TraceError(
+                    f"{op}: an array from another trace was used here"
+                    f"{_at(where or user_where())}; a function passed to adjit.grad/compile "
+                    "must receive traced values as arguments, not capture them from an "
+                    "enclosing traced function")
+        shapes = [a.shape for a in args]
+        dtypes = [a.dtype for a in args]
+        where = where or user_where()
+        try:
+            shape = tuple(int(d) for d in opdef.shape(shapes, attrs))
+            dtype = opdef.dtype(dtypes, attrs)
+        except (AssertionError, ValueError, IndexError, TypeError) as e:
+            shown = " and ".join(str(s) for s in shapes)
+            raise ShapeError(f"{op}: shapes {shown} do not fit{_at(where)}: {e}") from None
+        nid = self.graph.add(op, [a.id for a in args], shape, dtype, attrs, name, where)
+        return Tracer(self, nid)
+
+
+def _at(where) -> str:
+    return f" at {where}" if where is not None else ""
+
+
+class Tracer:
+    """A symbolic array: shape and dtype known, value not. Supports NumPy's protocols."""
+    __slots__ = ("ctx", "id", "shape", "dtype")
+    __array_priority__ = 1000
+
+    def __init__(self, ctx, nid):
+        node = ctx.graph[nid]
+        self.ctx, self.id, self.shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
+
+    # -- array attributes -----------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def T(self):
+        from . import functions as F
+        return F.transpose(self)
+
+    @property
+    def mT(self):
+        from . import functions as F
+        return F.swap_last(self)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        from ..ir.printer import type_str
+        return f"Tracer(v{self.id}: {type_str(self.shape, self.dtype)})"
+
+    # -- values are unknown while tracing ---------------------------------------------------
+    def _concrete(self, what):
+        w = user_where()
+        raise TraceError(
+            f"{what} needs the value of a traced array, which is not known while tracing"
+            f"{_at(w)}. Python control flow on traced values cannot be compiled: use "
+            "adjit.where(cond, a, b) for an elementwise choice, or make the argument static "
+            "(static_argnums=...) if it is a configuration value.")
+
+    def __bool__(self):
+        self._concrete("`if`/`while`/`and`/`or` (bool of an array)")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __index__(self):
+        self._concrete("using an array as an index or size")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("converting to a concrete NumPy array (np.asarray, .item, printing)")
+
+    def item(self):
+        self._concrete(".item()")
+
+    def tolist(self):
+        self._concrete(".tolist()")
+
+    # -- NumPy protocols: implemented in numpy_api.py ---------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .numpy_api import array_ufunc
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .numpy_api import array_function
+        return array_function(func, args, kwargs)
+
+    __hash__ = object.__hash__

@@ -1,0 +1,33 @@
+"""Exception types for mistakes in user code or input; one place, so users can catch them.
+
+Internal invariants use `assert`; everything a user can cause raises one of these, with a
+message that names the user's file:line, the values involved, and what to do next.
+"""
+
+
+class AdjitError(Exception):
+    """Base class of every error adjit raises for user input."""
+
+
+class TraceError(AdjitError):
+    """The function could not be traced (data-dependent control flow, unsupported call)."""
+
+
+class ShapeError(AdjitError, ValueError):
+    """Shapes or dtypes of operands do not fit the operation."""
+
+
+class UnsupportedError(AdjitError, NotImplementedError):
+    """A NumPy function or feature that adjit does not support."""
+
+
+class GradError(AdjitError, TypeError):
+    """A gradient was asked for something that has none (integer input, non-scalar output)."""
+
+
+class VerifyError(AdjitError):
+    """A graph broke an IR invariant; names the node and the pass that produced it."""
+
+
+class BudgetError(AdjitError):
+    """No checkpoint schedule fits under the requested memory budget."""

@@ -1,0 +1,462 @@
+"""The op registry: one `OpDef` per elementary op holding everything about it.
+
+Each entry gives the shape and dtype rules, the NumPy reference implementation (also used by the
+NumPy backend), the VJP and JVP rules (built with the same frontend functions users call, so
+the adjoint graph is ordinary IR), the scalar spellings for fused kernels, and a FLOP count.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+class _Lazy:
+    """Module proxy: ops.py must not import the frontend at import time (it imports ir)."""
+
+    def __init__(self, name):
+        self._name, self._mod = name, None
+
+    def __getattr__(self, attr):
+        if self._mod is None:
+            self._mod = importlib.import_module(self._name)
+        return getattr(self._mod, attr)
+
+
+F = _Lazy("adjit.frontend.functions")
+
+
+@dataclass
+class OpDef:
+    """Everything the system knows about one op.
+
+    kind: source | elementwise | reduction | view | matmul | index | layout
+    shape(in_shapes, attrs) -> shape; dtype(in_dtypes, attrs) -> dtype
+    numpy(*arrays, **attrs) -> array (reference semantics)
+    vjp(g, out, *xs, **attrs) -> list of cotangents (None where an input has none)
+    jvp(tangents, out, *xs, **attrs) -> tangent (tangents hold None for zero)
+    code: NumPy expression template ({0}, {1} the arguments, {name} an attribute), or None to
+      call the reference implementation. scalar / cuda: spellings inside fused kernels.
+    """
+    name: str
+    arity: int | None
+    kind: str
+    shape: Callable
+    dtype: Callable
+    numpy: Callable
+    vjp: Callable | None
+    jvp: Callable | None
+    code: str | None
+    scalar: str | None = None
+    cuda: str | None = None
+    flops: Callable = field(default=lambda out, ins, a: 0)
+    differentiable: bool = True
+    doc: str = ""
+    # simplification rules, read by passes/simplify.py:
+    # identity(consts) -> index of the argument the result equals, given each argument's
+    #   uniform constant value (or None); chain(inner_attrs, outer_attrs) -> attrs of one op
+    #   equal to op(op(x)), or "identity"; noop(attrs, in_shape, in_dtype) -> bool
+    identity: Callable | None = None
+    chain: Callable | None = None
+    noop: Callable | None = None
+    # rewrite(emit, attrs, args) -> node id or None: a local rewrite that may emit new nodes;
+    #   args are the argument nodes' attribute dicts with their "id"
+    rewrite: Callable | None = None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _register(op: OpDef):
+    assert op.name not in OPS, op.name
+    OPS[op.name] = op
+
+
+def _numel(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+# -- shape and dtype rules --------------------------------------------------------------------
+def same_shape(shapes, a):
+    assert all(s == shapes[0] for s in shapes), f"elementwise shapes differ: {shapes}"
+    return shapes[0]
+
+
+def where_shape(shapes, a):
+    return same_shape(shapes, a)
+
+
+def first_dtype(dtypes, a):
+    return dtypes[0]
+
+
+def where_dtype(dtypes, a):
+    return dtypes[1]
+
+
+def bool_dtype(dtypes, a):
+    return np.dtype(bool)
+
+
+def attr_dtype(dtypes, a):
+    return np.dtype(a["dtype"])
+
+
+def reduce_shape(shapes, a):
+    axis, s = a["axis"], shapes[0]
+    if a["keepdims"]:
+        return tuple(1 if i in axis else d for i, d in enumerate(s))
+    return tuple(d for i, d in enumerate(s) if i not in axis)
+
+
+def matmul_shape(shapes, a):
+    x, y = shapes
+    assert len(x) == len(y) >= 2 and x[:-2] == y[:-2] and x[-1] == y[-2], shapes
+    return x[:-1] + (y[-1],)
+
+
+def transpose_shape(shapes, a):
+    return tuple(shapes[0][p] for p in a["perm"])
+
+
+def _dummy(shape):
+    # a zero-strided array has any shape without allocating it, so NumPy computes the shape
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.bool_), shape, [0] * len(shape))
+
+
+def slice_shape(shapes, a):
+    return _dummy(shapes[0])[a["index"]].shape
+
+
+def gather_shape(shapes, a):
+    idx = [np.zeros(s, np.intp) for s in shapes[1:]]
+    return _dummy(shapes[0])[_build_key(a["key"], idx)].shape
+
+
+def concat_shape(shapes, a):
+    ax = a["axis"]
+    out = list(shapes[0])
+    out[ax] = sum(s[ax] for s in shapes)
+    return tuple(out)
+
+
+# -- reference implementations that NumPy lacks in one call ---------------------------------
+def _build_key(key, arrays):
+    """key: tuple of ('a', k) array position, ('s', slice), ('i', int), ('n',) newaxis."""
+    out = []
+    for item in key:
+        tag = item[0]
+        out.append(arrays[item[1]] if tag == "a" else item[1] if tag in "si" else None)
+    return tuple(out)
+
+
+def _gather(x, *idx, key):
+    return x[_build_key(key, idx)]
+
+
+def _scatter_add(g, *idx, key, shape):
+    z = np.zeros(shape, dtype=g.dtype)
+    np.add.at(z, _build_key(key, idx), g)
+    return z
+
+
+def _unslice(g, index, shape):
+    z = np.zeros(shape, dtype=g.dtype)
+    z[index] = g
+    return z
+
+
+def _one_hot(labels, num_classes, dtype):
+    return (labels[..., None] == np.arange(num_classes)).astype(dtype)
+
+
+def _sum(x, axis, keepdims):
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+def _max(x, axis, keepdims):
+    return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def _const(value):
+    return value
+
+
+def _input():
+    raise AssertionError("input nodes have no implementation")
+
+
+def _sign_keep(x):
+    return np.sign(x)
+
+
+# -- registration helpers ------------------------------------------------------------------
+def unary(name, numpy, vjp, jvp, code, scalar, cuda, flops=1, differentiable=True, doc=""):
+    _register(OpDef(name, 1, "elementwise", same_shape, first_dtype, numpy, vjp, jvp, code,
+                    scalar, cuda, lambda out, ins, a, f=flops: f * _numel(out),
+                    differentiable, doc))
+
+
+def binary(name, numpy, vjp, jvp, code, scalar, cuda, dtype=first_dtype, flops=1,
+           differentiable=True):
+    _register(OpDef(name, 2, "elementwise", same_shape, dtype, numpy, vjp, jvp, code,
+                    scalar, cuda, lambda out, ins, a, f=flops: f * _numel(out), differentiable))
+
+
+def _sum_t(ts):
+    live = [t for t in ts if t is not None]
+    if not live:
+        return None
+    out = live[0]
+    for t in live[1:]:
+        out = F.add(out, t)
+    return out
+
+
+# -- sources ----------------------------------------------------------------------------------
+_register(OpDef("input", 0, "source", lambda s, a: a["shape"], attr_dtype, _input,
+                None, None, None, differentiable=True))
+_register(OpDef("const", 0, "source", lambda s, a: np.shape(a["value"]), attr_dtype, _const,
+                None, None, None, differentiable=False))
+
+# -- unary elementwise ------------------------------------------------------------------------
+unary("neg", np.negative, lambda g, out, x: [F.neg(g)], lambda t, out, x: F.neg(t[0]),
+      "-{0}", "(-{0})", "(-{0})")
+unary("exp", np.exp, lambda g, out, x: [F.mul(g, out)], lambda t, out, x: F.mul(t[0], out),
+      "np.exp({0})", "math.exp({0})", "exp({0})", flops=4)
+unary("expm1", np.expm1, lambda g, out, x: [F.mul(g, F.add(out, 1))],
+      lambda t, out, x: F.mul(t[0], F.add(out, 1)),
+      "np.expm1({0})", "math.expm1({0})", "expm1({0})", flops=4)
+unary("log", np.log, lambda g, out, x: [F.div(g, x)], lambda t, out, x: F.div(t[0], x),
+      "np.log({0})", "math.log({0})", "log({0})", flops=4)
+# log1p keeps precision near 0, where log(1 + x) rounds 1 + x first
+unary("log1p", np.log1p, lambda g, out, x: [F.div(g, F.add(x, 1))],
+      lambda t, out, x: F.div(t[0], F.add(x, 1)),
+      "np.log1p({0})", "math.log1p({0})", "log1p({0})", flops=4)
+unary("sin", np.sin, lambda g, out, x: [F.mul(g, F.cos(x))],
+      lambda t, out, x: F.mul(t[0], F.cos(x)), "np.sin({0})", "math.sin({0})", "sin({0})", 4)
+unary("cos", np.cos, lambda g, out, x: [F.neg(F.mul(g, F.sin(x)))],
+      lambda t, out, x: F.neg(F.mul(t[0], F.sin(x))),
+      "np.cos({0})", "math.cos({0})", "cos({0})", 4)
+# tanh' = 1 - tanh^2 reuses the forward result instead of recomputing cosh
+unary("tanh", np.tanh, lambda g, out, x: [F.mul(g, F.sub(1, F.mul(out, out)))],
+      lambda t, out, x: F.mul(t[0], F.sub(1, F.mul(out, out))),
+      "np.tanh({0})", "math.tanh({0})", "tanh({0})", 6)
+unary("sqrt", np.sqrt, lambda g, out, x: [F.div(g, F.mul(out, 2))],
+      lambda t, out, x: F.div(t[0], F.mul(out, 2)),
+      "np.sqrt({0})", "math.sqrt({0})", "sqrt({0})", 2)
+unary("abs", np.abs, lambda g, out, x: [F.mul(g, F.sign(x))],
+      lambda t, out, x: F.mul(t[0], F.sign(x)), "np.abs({0})", "abs({0})", "fabs({0})")
+unary("sign", np.sign, lambda g, out, x: [None], lambda t, out, x: None,
+      "np.sign({0})", "_rt_sign({0})", "_rt_sign({0})", differentiable=False)
+unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: None,
+      "{0}", "{0}", "{0}", flops=0, differentiable=False,
+      doc="identity whose cotangent is not propagated")
+
+
+def _where_ge(x, y):
+    # balanced at ties as in JAX: each side gets half, so maximum(x, x) has derivative 1
+    return F.where(F.gt(x, y), 1.0, F.where(F.eq(x, y), 0.5, 0.0))
+
+
+def _pow_vjp(g, out, x, y):
+    return [F.mul(g, F.mul(y, F.power(x, F.sub(y, 1)))), F.mul(g, F.mul(out, F.log(x)))]
+
+
+def _pow_jvp(t, out, x, y):
+    parts = [None if t[0] is None else F.mul(t[0], F.mul(y, F.power(x, F.sub(y, 1)))),
+             None if t[1] is None else F.mul(t[1], F.mul(out, F.log(x)))]
+    return _sum_t(parts)
+
+
+binary("add", np.add, lambda g, out, x, y: [g, g], lambda t, out, x, y: _sum_t(t),
+       "{0} + {1}", "({0} + {1})", "({0} + {1})")
+binary("sub", np.subtract, lambda g, out, x, y: [g, F.neg(g)],
+       lambda t, out, x, y: _sum_t([t[0], None if t[1] is None else F.neg(t[1])]),
+       "{0} - {1}", "({0} - {1})", "({0} - {1})")
+binary("mul", np.multiply, lambda g, out, x, y: [F.mul(g, y), F.mul(g, x)],
+       lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], y),
+                                    None if t[1] is None else F.mul(x, t[1])]),
+       "{0} * {1}", "({0} * {1})", "({0} * {1})")
+binary("div", np.divide, lambda g, out, x, y: [F.div(g, y), F.neg(F.mul(F.div(g, y), out))],
+       lambda t, out, x, y: _sum_t([None if t[0] is None else F.div(t[0], y),
+                                    None if t[1] is None
+                                    else F.neg(F.mul(F.div(t[1], y), out))]),
+       "{0} / {1}", "({0} / {1})", "({0} / {1})", flops=4)
+binary("pow", np.power, _pow_vjp, _pow_jvp, "{0} ** {1}", "({0} ** {1})", "pow({0}, {1})",
+       flops=8)
+binary("maximum", np.maximum,
+       lambda g, out, x, y: [F.mul(g, _where_ge(x, y)), F.mul(g, _where_ge(y, x))],
+       lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(x, y)),
+                                    None if t[1] is None else F.mul(t[1], _where_ge(y, x))]),
+       "np.maximum({0}, {1})", "max({0}, {1})", "max({0}, {1})")
+binary("minimum", np.minimum,
+       lambda g, out, x, y: [F.mul(g, _where_ge(y, x)), F.mul(g, _where_ge(x, y))],
+       lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(y, x)),
+                                    None if t[1] is None else F.mul(t[1], _where_ge(x, y))]),
+       "np.minimum({0}, {1})", "min({0}, {1})", "min({0}, {1})")
+for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">="),
+                         ("lt", np.less, "<"), ("le", np.less_equal, "<="),
+                         ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")]:
+    binary(_name, _fn, lambda g, out, x, y: [None, None], lambda t, out, x, y: None,
+           "{0} %s {1}" % _sym, "({0} %s {1})" % _sym, "({0} %s {1})" % _sym,
+           dtype=bool_dtype, differentiable=False)
+
+_register(OpDef(
+    "where", 3, "elementwise", where_shape, where_dtype, np.where,
+    lambda g, out, c, x, y: [None, F.where(c, g, 0.0), F.where(c, 0.0, g)],
+    lambda t, out, c, x, y: None if t[1] is None and t[2] is None else F.where(
+        c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]),
+    "np.where({0}, {1}, {2})", "({1} if {0} else {2})", "({0} ? {1} : {2})",
+    lambda out, ins, a: _numel(out)))
+_register(OpDef(
+    "cast", 1, "elementwise", same_shape, attr_dtype, lambda x, dtype: x.astype(dtype),
+    lambda g, out, x, dtype: [F.cast(g, x.dtype) if x.dtype.kind == "f" else None],
+    lambda t, out, x, dtype: F.cast(t[0], dtype) if np.dtype(dtype).kind == "f" else None,
+    "{0}.astype({dtype})", "{dtype}({0})", "(({ctype}){0})",
+    lambda out, ins, a: 0))
+
+# -- layout: broadcasting, reshapes, transposes, slices (views in NumPy) ----------------------
+_register(OpDef(
+    "broadcast_to", 1, "view", lambda s, a: tuple(a["shape"]), first_dtype,
+    lambda x, shape: np.broadcast_to(x, shape),
+    lambda g, out, x, shape: [F.unbroadcast(g, x.shape)],
+    lambda t, out, x, shape: F.broadcast_to(t[0], shape),
+    "np.broadcast_to({0}, {shape})"))
+_register(OpDef(
+    "reshape", 1, "view", lambda s, a: tuple(a["shape"]), first_dtype,
+    lambda x, shape: np.reshape(x, shape),
+    lambda g, out, x, shape: [F.reshape(g, x.shape)],
+    lambda t, out, x, shape: F.reshape(t[0], shape),
+    "np.reshape({0}, {shape})"))
+_register(OpDef(
+    "transpose", 1, "view", transpose_shape, first_dtype,
+    lambda x, perm: np.transpose(x, perm),
+    lambda g, out, x, perm: [F.transpose(g, tuple(int(i) for i in np.argsort(perm)))],
+    lambda t, out, x, perm: F.transpose(t[0], perm),
+    lambda args, a: f"{args[0]}.T" if tuple(a["perm"]) == tuple(reversed(range(len(
+        a["perm"])))) else f"np.transpose({args[0]}, {a['perm']})"))
+_register(OpDef(
+    "slice", 1, "view", slice_shape, first_dtype, lambda x, index: x[index],
+    lambda g, out, x, index: [F.unslice(g, index, x.shape)],
+    lambda t, out, x, index: F.slice_(t[0], index),
+    "{0}[{index_code}]"))
+_register(OpDef(
+    "unslice", 1, "layout", lambda s, a: tuple(a["shape"]), first_dtype, _unslice,
+    lambda g, out, x, index, shape: [F.slice_(g, index)],
+    lambda t, out, x, index, shape: F.unslice(t[0], index, shape), None,
+    doc="zeros of `shape` with the argument written at `index` (the VJP of slice)"))
+_register(OpDef(
+    "concatenate", None, "layout", concat_shape, first_dtype,
+    lambda *xs, axis: np.concatenate(xs, axis=axis),
+    lambda g, out, *xs, axis: F.split_like(g, [x.shape[axis] for x in xs], axis),
+    lambda t, out, *xs, axis: F.concatenate(
+        [F.zeros(x.shape, x.dtype) if ti is None else ti for ti, x in zip(t, xs)], axis),
+    None))
+
+# -- indexing by integer arrays (class labels) ------------------------------------------------
+_register(OpDef(
+    "gather", None, "index", gather_shape, first_dtype, _gather,
+    lambda g, out, x, *idx, key: [F.scatter_add(g, idx, key, x.shape)] + [None] * len(idx),
+    lambda t, out, x, *idx, key: None if t[0] is None else F.gather(t[0], idx, key), None,
+    doc="x[key] where key mixes integer index arrays (the extra arguments) and slices"))
+_register(OpDef(
+    "scatter_add", None, "index", lambda s, a: tuple(a["shape"]), first_dtype, _scatter_add,
+    lambda g, out, x, *idx, key, shape: [F.gather(g, idx, key)] + [None] * len(idx),
+    lambda t, out, x, *idx, key, shape: None if t[0] is None
+    else F.scatter_add(t[0], idx, key, shape), None,
+    doc="zeros of `shape` with the first argument added at key (the VJP of gather)"))
+_register(OpDef(
+    "one_hot", 1, "index", lambda s, a: tuple(s[0]) + (a["num_classes"],), attr_dtype,
+    _one_hot, lambda g, out, x, num_classes, dtype: [None], lambda t, out, x, **a: None, None,
+    differentiable=False))
+
+# -- reductions -------------------------------------------------------------------------------
+def _sum_vjp(g, out, x, axis, keepdims):
+    if not keepdims:
+        g = F.reshape(g, reduce_shape([x.shape], {"axis": axis, "keepdims": True}))
+    return [F.broadcast_to(g, x.shape)]
+
+
+def _max_vjp(g, out, x, axis, keepdims):
+    # the cotangent is shared equally among tied maxima, so the VJP is the same as JAX's
+    kept = {"axis": axis, "keepdims": True}
+    if not keepdims:
+        g = F.reshape(g, reduce_shape([x.shape], kept))
+        out = F.reshape(out, reduce_shape([x.shape], kept))
+    mask = F.cast(F.eq(x, F.broadcast_to(out, x.shape)), x.dtype)
+    count = F.sum(mask, axis=axis, keepdims=True)
+    return [F.mul(mask, F.broadcast_to(F.div(g, count), x.shape))]
+
+
+def _max_jvp(t, out, x, axis, keepdims):
+    kept = {"axis": axis, "keepdims": True}
+    o = out if keepdims else F.reshape(out, reduce_shape([x.shape], kept))
+    mask = F.cast(F.eq(x, F.broadcast_to(o, x.shape)), x.dtype)
+    share = F.div(F.sum(F.mul(mask, t[0]), axis=axis, keepdims=keepdims),
+                  F.sum(mask, axis=axis, keepdims=keepdims))
+    return share
+
+
+_register(OpDef(
+    "sum", 1, "reduction", reduce_shape, first_dtype, _sum, _sum_vjp,
+    lambda t, out, x, axis, keepdims: F.sum(t[0], axis=axis, keepdims=keepdims),
+    "np.sum({0}, axis={axis}, keepdims={keepdims})", "({0} + {1})", "({0} + {1})",
+    lambda out, ins, a: _numel(ins[0])))
+_register(OpDef(
+    "max", 1, "reduction", reduce_shape, first_dtype, _max, _max_vjp, _max_jvp,
+    "np.max({0}, axis={axis}, keepdims={keepdims})", "max({0}, {1})", "max({0}, {1})",
+    lambda out, ins, a: _numel(ins[0])))
+
+# -- matrix products --------------------------------------------------------------------------
+_register(OpDef(
+    "matmul", 2, "matmul", matmul_shape, first_dtype, np.matmul,
+    lambda g, out, x, y: [F.matmul(g, F.swap_last(y)), F.matmul(F.swap_last(x), g)],
+    lambda t, out, x, y: _sum_t([None if t[0] is None else F.matmul(t[0], y),
+                                 None if t[1] is None else F.matmul(x, t[1])]),
+    "{0} @ {1}", flops=lambda out, ins, a: 2 * _numel(out) * ins[0][-1]))
+
+# -- algebraic identities (simplify) ----------------------------------------------------------
+def _is(v, k):
+    return v is not None and v == k
+
+
+OPS["add"].identity = lambda c: 0 if _is(c[1], 0) else 1 if _is(c[0], 0) else None
+OPS["sub"].identity = lambda c: 0 if _is(c[1], 0) else None
+OPS["mul"].identity = lambda c: 0 if _is(c[1], 1) else 1 if _is(c[0], 1) else None
+OPS["div"].identity = lambda c: 0 if _is(c[1], 1) else None
+OPS["pow"].identity = lambda c: 0 if _is(c[1], 1) else None
+OPS["neg"].chain = lambda inner, outer: "identity"
+OPS["transpose"].chain = lambda inner, outer: {
+    "perm": tuple(inner["perm"][p] for p in outer["perm"])}
+OPS["reshape"].chain = lambda inner, outer: dict(outer)
+OPS["broadcast_to"].chain = lambda inner, outer: dict(outer)
+
+
+def _transpose_of_matmul(emit, attrs, args):
+    # (a @ b).T = b.T @ a.T: the VJP of x @ W.T then yields a contiguous dW, not a view
+    (x,) = args
+    nd = len(x["shape"])
+    swap = tuple(range(nd - 2)) + (nd - 1, nd - 2)
+    if x["op"] != "matmul" or tuple(attrs["perm"]) != swap or emit.users(x["id"]) != 1:
+        return None
+    a, b = x["args"]
+    return emit("matmul", [emit("transpose", [b], {"perm": swap}),
+                           emit("transpose", [a], {"perm": swap})], {})
+
+
+OPS["transpose"].rewrite = _transpose_of_matmul
+OPS["transpose"].noop = lambda a, shape, dtype: tuple(a["perm"]) == tuple(range(len(shape)))
+OPS["reshape"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)
+OPS["broadcast_to"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)
+OPS["cast"].noop = lambda a, shape, dtype: np.dtype(a["dtype"]) == np.dtype(dtype)
+
+SCALAR_HELPERS = {
+    # scalar helpers the kernels' spellings refer to; defined once per backend
+    "_rt_sign": "sign",
+}
+
+del _name, _fn, _sym

@@ -1,0 +1,42 @@
+"""The pass pipeline: traced graph -> simplified, checkpointed, fused, scheduled graph.
+
+Each step is a function from graph to graph; DEBUG=2 prints the IR after every pass.
+"""
+from __future__ import annotations
+
+from ..ir.ops import OPS
+from ..ir.verify import verify
+from .schedule import schedule
+from .simplify import simplify
+
+
+def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, debug=0):
+    steps = [("simplify", simplify)]
+    if checkpoint is not None or memory_budget is not None:
+        from .checkpoint import schedule_checkpoints
+        steps.append(("checkpoint", lambda x: schedule_checkpoints(
+            x, segments=checkpoint, budget=memory_budget)))
+    if fuse and getattr(backend, "FUSES", False):
+        from .fusion import fuse_elementwise
+        steps.append(("fusion", lambda x: fuse_elementwise(x, **backend.FUSION_OPTIONS)))
+    if not any(name == "checkpoint" for name, _ in steps):
+        steps.append(("schedule", schedule))
+    for name, step in steps:
+        g = step(g)
+        verify(g, name)
+        if debug >= 2:
+            print(f"-- after {name} --\n{g}\n")
+    if "schedule" not in g.meta:
+        g = schedule(g, order=g.meta.get("order"))
+    return g
+
+
+def memory_report(g):
+    from ..backends.runtime import MemoryReport
+    s = g.meta["schedule"]
+    fwd = sum(OPS[g[n]["op"]].flops(g[n]["shape"], [g[a]["shape"] for a in g.args(n)],
+                                    g[n]["attrs"])
+              for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
+    ck = g.meta.get("checkpoints", {})
+    return MemoryReport(s.peak_bytes, s.live_bytes, list(s.order), dict(ck),
+                        g.meta.get("recomputed_flops", 0), fwd)

@@ -1,0 +1,150 @@
+"""Simplification: graph -> equivalent smaller graph.
+
+Removes dead code, merges common subexpressions, folds small constants, and applies the
+algebraic identities registered in the op table (x*1, x+0, --x, transpose of transpose, no-op
+reshapes and casts). Node ids stay in topological order; outputs keep their positions.
+"""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from ..ir.graph import Graph
+from ..ir.ops import OPS
+
+_FOLD_LIMIT = 4096  # constants larger than this are not materialised by folding
+
+
+def _attr_key(attrs):
+    items = []
+    for k, v in sorted(attrs.items()):
+        if isinstance(v, np.ndarray):
+            v = ("arr", v.dtype.str, v.shape, v.tobytes() if v.size <= 65536 else id(v))
+        elif isinstance(v, np.dtype):
+            v = v.str
+        else:
+            v = repr(v)
+        items.append((k, v))
+    return tuple(items)
+
+
+def uniform_value(g: Graph, n):
+    """The single value of a constant node (seen through broadcasts/reshapes), else None."""
+    d = g[n]
+    while d["op"] in ("broadcast_to", "reshape"):
+        n = d["args"][0]
+        d = g[n]
+    if d["op"] != "const":
+        return None
+    v = np.asarray(d["attrs"]["value"])
+    if v.size == 0:
+        return None
+    first = v.flat[0]
+    if v.size > 1 and not np.all(v == first):
+        return None
+    return first.item()
+
+
+class _Emitter:
+    """Lets a registry rewrite rule add nodes (with CSE) to the graph being built."""
+
+    def __init__(self, new, d, seen):
+        self.new, self.d, self.seen = new, d, seen
+
+    def users(self, nid):
+        return self.new.meta["_users"].get(nid, 0)
+
+    def __call__(self, op, args, attrs):
+        opdef = OPS[op]
+        shapes = [self.new[a]["shape"] for a in args]
+        dtypes = [self.new[a]["dtype"] for a in args]
+        d = dict(self.d, shape=tuple(opdef.shape(shapes, attrs)),
+                 dtype=opdef.dtype(dtypes, attrs), name=None)
+        return _rewrite(self.new, d | {"op": op, "attrs": attrs}, tuple(args), self.seen)
+
+
+def simplify(g: Graph) -> Graph:
+    """Return a simplified copy of g (g is unchanged)."""
+    out = _simplify_once(g)
+    # a rewrite can leave the node it replaced without users: one more sweep removes it
+    return _simplify_once(out) if len(_live(out)) < len(out) else out
+
+
+def _live(g):
+    live = set(g.inputs)
+    for o in g.outputs:
+        live.add(o)
+        live |= nx.ancestors(g.nx, o)
+    return live
+
+
+def _simplify_once(g: Graph) -> Graph:
+    live = _live(g)
+    new = Graph()
+    new.meta = dict(g.meta)
+    m = {}
+    seen = {}
+    users = {}
+    for n in live:
+        for a in g.args(n):
+            users[a] = users.get(a, 0) + 1
+    new.meta["_users"] = {}
+    for n in g.nodes():
+        if n not in live:
+            continue
+        d = g[n]
+        if d["op"] == "input":
+            m[n] = new.add("input", (), d["shape"], d["dtype"], d["attrs"], d["name"],
+                           d["where"])
+            new.inputs.append(m[n])
+            continue
+        args = tuple(m[a] for a in d["args"])
+        for a_old, a_new in zip(d["args"], args):
+            new.meta["_users"][a_new] = users.get(a_old, 0)
+        m[n] = _rewrite(new, d, args, seen)
+    assert [m[i] for i in g.inputs] == new.inputs
+    new.outputs = [m[o] for o in g.outputs]
+    del new.meta["_users"]
+    return new
+
+
+def _rewrite(new, d, args, seen):
+    op, attrs = d["op"], d["attrs"]
+    opdef = OPS[op]
+    # identities registered on the op
+    if opdef.noop is not None and len(args) == 1 and opdef.noop(attrs, new[args[0]]["shape"],
+                                                                new[args[0]]["dtype"]):
+        return args[0]
+    if opdef.identity is not None:
+        k = opdef.identity([uniform_value(new, a) for a in args])
+        if k is not None and new[args[k]]["shape"] == d["shape"] \
+                and new[args[k]]["dtype"] == d["dtype"]:
+            return args[k]
+    if opdef.chain is not None and len(args) == 1 and new[args[0]]["op"] == op:
+        inner = new[args[0]]
+        combined = opdef.chain(inner["attrs"], attrs)
+        if combined == "identity":
+            return inner["args"][0]
+        args, attrs = inner["args"], combined
+        if opdef.noop is not None and opdef.noop(attrs, new[args[0]]["shape"],
+                                                 new[args[0]]["dtype"]):
+            return args[0]
+    if opdef.rewrite is not None:
+        r = opdef.rewrite(_Emitter(new, d, seen), attrs, [new[a] | {"id": a} for a in args])
+        if r is not None:
+            if new[r]["name"] is None:
+                new[r]["name"] = d["name"]
+            return r
+    # constant folding of small values
+    # broadcasts of constants stay views: folding them would materialise big arrays
+    if args and all(new[a]["op"] == "const" for a in args) and op != "broadcast_to" \
+            and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT:
+        vals = [new[a]["attrs"]["value"] for a in args]
+        value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
+        attrs, args, op = {"value": value, "dtype": value.dtype}, (), "const"
+    key = (op, args, _attr_key(attrs))
+    if key in seen:
+        return seen[key]
+    nid = new.add(op, args, d["shape"], d["dtype"], attrs, d["name"], d["where"])
+    seen[key] = nid
+    return nid

@@ -1,0 +1,123 @@
+"""The op test table: every op in OPS has a row with an input domain and shape cases.
+
+Rows are plain functions of float64 arrays written with NumPy (or adjit's frontend for ops a
+user cannot reach directly). Shared by the op tests and the backend tests.
+"""
+import numpy as np
+
+import adjit
+from adjit.frontend import functions as F
+
+SCALAR, VEC, MAT = (), (5,), (3, 4)
+BCAST = [((3, 4), (4,)), ((3, 1), (3, 4)), ((), (3, 4)), ((2, 3, 4), (3, 4))]
+
+
+def domain(name, shape, rng):
+    if name == "any":
+        return rng.normal(size=shape)
+    if name == "positive":
+        return rng.uniform(0.5, 2.0, size=shape)
+    if name == "away0":  # away from kinks at 0
+        return rng.choice([-1, 1], size=shape) * rng.uniform(0.3, 1.5, size=shape)
+    if name == "gtm1":
+        return rng.uniform(-0.5, 1.5, size=shape)
+    if name == "small":
+        return rng.uniform(-1.0, 1.0, size=shape)
+    raise KeyError(name)
+
+
+def _u(op_fn, dom="any", shapes=(SCALAR, VEC, MAT, (2, 3, 4))):
+    return {"fn": op_fn, "inputs": [[(s, dom)] for s in shapes]}
+
+
+def _b(op_fn, dom="any", dom2=None):
+    return {"fn": op_fn, "inputs": [[(a, dom), (b, dom2 or dom)] for a, b in
+                                    [(SCALAR, SCALAR), (VEC, VEC)] + BCAST]}
+
+
+_IDX = np.array([2, 0, 1])
+
+
+def _gather(x):
+    return x[np.arange(3), _IDX]
+
+
+def _scatter(x):
+    # scatter_add is the VJP of gather; reached directly through the frontend here
+    return F.scatter_add(x, [np.arange(3), _IDX], (("a", 0), ("a", 1)), (3, 4)) * 2.0
+
+
+def _onehot(x):
+    return adjit.one_hot(np.array([1, 3, 0]), 4, dtype=np.float64) * x
+
+
+# op name -> {"fn": f(*xs), "inputs": list of cases, each a list of (shape, domain)}
+TABLE = {
+    "neg": _u(lambda x: -x),
+    "exp": _u(np.exp),
+    "expm1": _u(np.expm1),
+    "log": _u(np.log, "positive"),
+    "log1p": _u(np.log1p, "gtm1"),
+    "sin": _u(np.sin),
+    "cos": _u(np.cos),
+    "tanh": _u(np.tanh),
+    "sqrt": _u(np.sqrt, "positive"),
+    "abs": _u(np.abs, "away0"),
+    "sign": _u(lambda x: np.sign(x) * x * x, "away0"),
+    # the derivative ignores the stopped factor, so differences cannot check it
+    "stop_gradient": dict(_u(lambda x: adjit.stop_gradient(x) * x), fd=False),
+    "add": _b(lambda x, y: x + y),
+    "sub": _b(lambda x, y: x - y),
+    "mul": _b(lambda x, y: x * y),
+    "div": _b(lambda x, y: x / y, "any", "away0"),
+    "pow": _b(lambda x, y: x ** y, "positive", "small"),
+    "maximum": _b(np.maximum),
+    "minimum": _b(np.minimum),
+    "gt": _b(lambda x, y: np.where(x > y, x, y * 2.0)),
+    "ge": _b(lambda x, y: np.where(x >= y, x * y, y)),
+    "lt": _b(lambda x, y: np.where(x < y, x, y * 3.0)),
+    "le": _b(lambda x, y: np.where(x <= y, x * x, y)),
+    "eq": _b(lambda x, y: np.where(x == y, x, x * y)),
+    "ne": _b(lambda x, y: np.where(x != y, x * y, y)),
+    "where": {"fn": lambda c, x, y: np.where(c > 0, x, y),
+              "inputs": [[(VEC, "any")] * 3, [(MAT, "any"), ((4,), "any"), (SCALAR, "any")]]},
+    "cast": _u(lambda x: (x.astype(np.float32).astype(np.float64) - x.astype(np.float32))
+               * 1.0 + x * x),
+    "broadcast_to": {"fn": lambda x: np.broadcast_to(x, (2, 3, 4)) * 2.0,
+                     "inputs": [[((4,), "any")], [((3, 1), "any")], [(SCALAR, "any")]]},
+    "reshape": {"fn": lambda x: x.reshape(4, -1) * x.reshape(4, -1),
+                "inputs": [[((2, 6), "any")], [((12,), "any")]]},
+    "transpose": {"fn": lambda x: np.transpose(x) * 2.0,
+                  "inputs": [[(MAT, "any")], [((2, 3, 4), "any")]]},
+    "slice": {"fn": lambda x: x[1:, ::2] * x[:-1, 1::2],
+              "inputs": [[((4, 6), "any")], [((3, 4, 2), "any")]]},
+    "unslice": {"fn": lambda x: F.unslice(x, (slice(1, 3), slice(None)), (5, 4)) * 3.0,
+                "inputs": [[((2, 4), "any")]]},
+    "concatenate": {"fn": lambda x, y: np.concatenate([x, y * y, x], axis=-1),
+                    "inputs": [[(VEC, "any"), ((3,), "any")], [(MAT, "any"), ((3, 2), "any")]]},
+    "gather": {"fn": _gather, "inputs": [[(MAT, "any")]]},
+    "scatter_add": {"fn": _scatter, "inputs": [[((3,), "any")]]},
+    "one_hot": {"fn": _onehot, "inputs": [[((3, 4), "any")], [((4,), "any")]]},
+    "sum": {"fn": lambda x: [np.sum(x), x.sum(axis=0), x.sum(axis=-1, keepdims=True)][
+        min(x.ndim, 2)] if x.ndim else np.sum(x),
+            "inputs": [[(SCALAR, "any")], [(VEC, "any")], [(MAT, "any")],
+                       [((2, 3, 4), "any")]]},
+    "max": {"fn": lambda x: np.max(x) if x.ndim < 2 else x.max(axis=1, keepdims=x.ndim > 2),
+            "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
+    "matmul": {"fn": lambda x, y: x @ y,
+               "inputs": [[((3, 4), "any"), ((4, 2), "any")], [((4,), "any"), ((4, 2), "any")],
+                          [((3, 4), "any"), ((4,), "any")],
+                          [((2, 3, 4), "any"), ((4, 5), "any")],
+                          [((2, 3, 4), "any"), ((2, 4, 5), "any")]]},
+}
+
+
+def cases():
+    for name, row in TABLE.items():
+        for k, spec in enumerate(row["inputs"]):
+            yield name, k, row["fn"], spec
+
+
+def make_inputs(spec, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [domain(dom, shape, rng).astype(dtype) for shape, dom in spec]
