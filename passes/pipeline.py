@@ -11,23 +11,27 @@ from .simplify import simplify
 
 
 def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, debug=0):
+    """simplify -> fusion (if the backend fuses) -> checkpoint (if asked) -> schedule.
+
+    Checkpointing runs last before scheduling because it decides the order of the backward
+    half (recomputations go just before their first use); it may leave that order in
+    g.meta["order"], which the schedule then follows.
+    """
     steps = [("simplify", simplify)]
+    if fuse and getattr(backend, "FUSES", False):
+        from .fusion import fuse_elementwise
+        steps.append(("fusion", lambda x: fuse_elementwise(x, **getattr(
+            backend, "FUSION_OPTIONS", {}))))
     if checkpoint is not None or memory_budget is not None:
         from .checkpoint import schedule_checkpoints
         steps.append(("checkpoint", lambda x: schedule_checkpoints(
             x, segments=checkpoint, budget=memory_budget)))
-    if fuse and getattr(backend, "FUSES", False):
-        from .fusion import fuse_elementwise
-        steps.append(("fusion", lambda x: fuse_elementwise(x, **backend.FUSION_OPTIONS)))
-    if not any(name == "checkpoint" for name, _ in steps):
-        steps.append(("schedule", schedule))
+    steps.append(("schedule", lambda x: schedule(x, order=x.meta.get("order"))))
     for name, step in steps:
         g = step(g)
         verify(g, name)
         if debug >= 2:
             print(f"-- after {name} --\n{g}\n")
-    if "schedule" not in g.meta:
-        g = schedule(g, order=g.meta.get("order"))
     return g
 
 
