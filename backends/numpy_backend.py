@@ -124,7 +124,12 @@ def build(g, fn_name="program"):
     ns, filename = load_module(source, fn_name, namespace)
     fn = ns[fn_name]
     fn.__source__ = source
-    return {"fn": fn, "source": source, "kernels": {}, "prepare": None, "finish": None}
+    return {"fn": fn, "source": source, "kernels": {}, "prepare": as_array, "finish": as_array}
+
+
+def as_array(x):
+    # Python scalars come in and NumPy scalars come out of 0-d operations: both become arrays
+    return x if type(x) is np.ndarray else np.asarray(x)
 
 
 NAME = "numpy"

@@ -30,8 +30,8 @@ def _has_tracer(args):
 def _leaf_key(x):
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
-    return (tuple(np.shape(x)), np.result_type(x).str if not hasattr(x, "dtype")
-            else np.dtype(x.dtype).str)
+    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    return (tuple(np.shape(x)), np.dtype(dtype).str)
 
 
 def _static_key(v):

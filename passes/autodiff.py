@@ -83,7 +83,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                         continue
                     cot[a] = ga if a not in cot else F.add(cot[a], ga)
         grads = []
-        for i, t in zip(wrt_ids, ins):
+        for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             if i in cot:
                 _name_cotangent(ctx, cot[i], g[i])
                 grads.append(cot[i])

@@ -1,0 +1,112 @@
+"""Bad input gets a clear error naming the user's line and what to do."""
+import numpy as np
+import pytest
+
+import adjit
+
+
+def test_shape_mismatch_names_line_and_shapes():
+    def loss(x, w):
+        h = x @ w  # the bad line
+        return np.sum(h)
+    with pytest.raises(adjit.ShapeError) as e:
+        adjit.grad(loss, backend="numpy")(np.zeros((32, 10)), np.zeros((20, 5)))
+    msg = str(e.value)
+    assert "(32, 10) @ (20, 5)" in msg and "10 vs 20" in msg
+    assert "test_errors.py:" in msg and "h = x @ w" in msg
+
+
+def test_broadcast_mismatch_names_line():
+    def f(a, b):
+        return np.sum(a + b)
+    with pytest.raises(adjit.ShapeError, match=r"\(3, 4\) and \(5,\).*test_errors.py"):
+        adjit.compile(f, backend="numpy")(np.zeros((3, 4)), np.zeros(5))
+
+
+def test_if_on_traced_value_points_to_where():
+    def f(x):
+        if x.sum() > 0:  # data-dependent branch
+            return np.sum(x)
+        return -np.sum(x)
+    with pytest.raises(adjit.TraceError) as e:
+        adjit.grad(f, backend="numpy")(np.ones(3))
+    msg = str(e.value)
+    assert "adjit.where" in msg and "static_argnums" in msg
+    assert "if x.sum() > 0" in msg
+
+
+def test_static_argument_allows_python_branching():
+    def f(x, flip):
+        return -np.sum(x) if flip else np.sum(x)
+    g = adjit.grad(f, static_argnums=1, backend="numpy")
+    np.testing.assert_array_equal(g(np.ones(2), True), [-1.0, -1.0])
+    np.testing.assert_array_equal(g(np.ones(2), False), [1.0, 1.0])
+
+
+def test_grad_of_integer_argument_says_what_to_do():
+    with pytest.raises(adjit.GradError, match=r"integer labels|astype"):
+        adjit.grad(lambda x: np.sum(x * 2.0), backend="numpy")(np.arange(3))
+
+
+def test_grad_of_non_scalar_output_suggests_vjp():
+    with pytest.raises(adjit.GradError, match=r"scalar.*shape \(3,\).*vjp"):
+        adjit.grad(lambda x: x * 2.0, backend="numpy")(np.ones(3))
+
+
+def test_unsupported_numpy_function_is_named():
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.cumsum.*test_errors.py"):
+        adjit.grad(lambda x: np.sum(np.cumsum(x)), backend="numpy")(np.ones(3))
+
+
+def test_unsupported_linalg_function_is_named():
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.inv"):
+        adjit.grad(lambda x: np.sum(np.linalg.inv(x)), backend="numpy")(np.eye(3))
+
+
+def test_in_place_update_is_refused_clearly():
+    def f(x):
+        x[0] = 1.0
+        return np.sum(x)
+    with pytest.raises(adjit.UnsupportedError, match=r"in place.*adjit.where"):
+        adjit.grad(f, backend="numpy")(np.ones(3))
+
+
+def test_boolean_mask_index_is_refused_clearly():
+    with pytest.raises(adjit.UnsupportedError, match="adjit.where"):
+        adjit.grad(lambda x: np.sum(x[x > 0]), backend="numpy")(np.ones(3))
+
+
+def test_float_of_tracer_is_refused():
+    with pytest.raises(adjit.TraceError, match=r"float\(\)"):
+        adjit.grad(lambda x: float(np.sum(x)), backend="numpy")(np.ones(3))
+
+
+def test_non_numeric_argument_is_refused():
+    with pytest.raises(adjit.TraceError, match="static"):
+        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), "relu")
+
+
+@pytest.mark.parametrize("key", ["W1", "1bad", "a b", "x']); import os; os.system('echo pwned')#",
+                                 "class", "\n# injected\nimport os", "np", "v3", "_rt_consts"])
+def test_hostile_names_never_reach_code_unescaped(key):
+    def loss(params, X):
+        return np.sum(np.tanh(X @ params[key]))
+    p = {key: np.ones((3, 2))}
+    X = np.ones((4, 3))
+    g = adjit.grad(loss, backend="numpy")
+    prog = g.lower(p, X)
+    for line in prog.source.splitlines():
+        s = line.strip()
+        if not s.startswith("#"):
+            assert "os.system(" not in s and "import os" not in s and "'" not in s.split("[")[0]
+    compile(prog.source, "<check>", "exec")
+    np.testing.assert_allclose(g(p, X)[key], 4 * (1 - np.tanh(3.0) ** 2) * np.ones((3, 2)))
+    assert key in prog.ir or repr(key)[1:-1] in prog.ir
+
+
+def test_hostile_argument_name_in_printed_ir_is_one_line():
+    def f(x):
+        return np.sum(x)
+    g = adjit.trace(f, {"a\nb": np.ones(2)})
+    assert all("a\nb" not in line for line in str(g).splitlines())
+    assert "\\n" in str(g)
