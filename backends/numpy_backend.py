@@ -96,6 +96,8 @@ def _expression(g, n, args, attrs_tab):
     opdef = OPS[d["op"]]
     attrs = d["attrs"]
     if opdef.code is None:
+        if not attrs:
+            return f"_rt_ops[{d['op']!r}]({', '.join(args)})"
         attrs_tab.append(dict(attrs))
         return f"_rt_ops[{d['op']!r}]({', '.join(args)}, **_rt_attrs[{len(attrs_tab) - 1}])"
     if callable(opdef.code):

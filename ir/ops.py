@@ -189,8 +189,42 @@ def _input():
     raise AssertionError("input nodes have no implementation")
 
 
-def _sign_keep(x):
-    return np.sign(x)
+_UINT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _where(c, x, y):
+    """np.where, with an exact fast path for selecting against +0.0 (relu and its VJP).
+
+    np.where on float arrays runs ~20x slower than arithmetic on NumPy 2.x; choosing between x
+    and +0.0 is a bit mask (all ones or zeros) applied to x's bits, which gives identical
+    results, NaN and infinities included.
+    """
+    if type(c) is np.ndarray and c.dtype == np.bool_ and c.flags.c_contiguous:
+        if _plus_zero(y) and _maskable(x, c):
+            return _bitmask(x, c, False)
+        if _plus_zero(x) and _maskable(y, c):
+            return _bitmask(y, c, True)
+    return np.where(c, x, y)
+
+
+def _plus_zero(v):
+    return np.ndim(v) == 0 and v == 0 and not np.signbit(v)
+
+
+def _maskable(x, c):
+    return (type(x) is np.ndarray and x.shape == c.shape and x.dtype.kind == "f"
+            and x.dtype.itemsize in _UINT_OF and x.flags.c_contiguous)
+
+
+def _bitmask(x, c, invert):
+    it = _UINT_OF[x.dtype.itemsize]
+    m = c.view(np.int8).astype(it)
+    if invert:
+        m -= 1                      # c True -> 0, False -> all ones
+    else:
+        np.negative(m, out=m)       # c True -> all ones, False -> 0
+    np.bitwise_and(x.view(it), m, out=m)
+    return m.view(x.dtype)
 
 
 # -- registration helpers ------------------------------------------------------------------
@@ -306,11 +340,11 @@ for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")
            dtype=bool_dtype, differentiable=False)
 
 _register(OpDef(
-    "where", 3, "elementwise", where_shape, where_dtype, np.where,
+    "where", 3, "elementwise", where_shape, where_dtype, _where,
     lambda g, out, c, x, y: [None, F.where(c, g, 0.0), F.where(c, 0.0, g)],
     lambda t, out, c, x, y: None if t[1] is None and t[2] is None else F.where(
         c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]),
-    "np.where({0}, {1}, {2})", "({1} if {0} else {2})", "({0} ? {1} : {2})",
+    None, "({1} if {0} else {2})", "({0} ? {1} : {2})",
     lambda out, ins, a: _numel(out)))
 _register(OpDef(
     "cast", 1, "elementwise", same_shape, attr_dtype, lambda x, dtype: x.astype(dtype),
@@ -430,6 +464,8 @@ OPS["mul"].identity = lambda c: 0 if _is(c[1], 1) else 1 if _is(c[0], 1) else No
 OPS["div"].identity = lambda c: 0 if _is(c[1], 1) else None
 OPS["pow"].identity = lambda c: 0 if _is(c[1], 1) else None
 OPS["neg"].chain = lambda inner, outer: "identity"
+# stop_gradient only matters to autodiff, which has run before simplification
+OPS["stop_gradient"].noop = lambda a, shape, dtype: True
 OPS["transpose"].chain = lambda inner, outer: {
     "perm": tuple(inner["perm"][p] for p in outer["perm"])}
 OPS["reshape"].chain = lambda inner, outer: dict(outer)

@@ -114,3 +114,14 @@ def test_one_hot_of_traced_labels():
     assert any(g[n]["op"] == "one_hot" for n in g.nodes())
     assert adjit.compile(f, backend="numpy")(w, y) == 1 + 7 + 8
     np.testing.assert_array_equal(adjit.grad(f, backend="numpy")(w, y), np.eye(4)[y])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where_fast_path_is_exactly_np_where(dtype):
+    from adjit.ir.ops import OPS
+    x = np.array([1.5, -2.0, np.nan, np.inf, -np.inf, -0.0, 0.0, 3.0], dtype)
+    c = np.array([True, False, True, False, True, True, False, True])
+    for args in [(c, x, dtype(0)), (c, dtype(0), x), (c, x, dtype(-0.0)), (c, x, x[::-1].copy())]:
+        got, ref = OPS["where"].numpy(*args), np.where(*args)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
