@@ -353,7 +353,8 @@ def scatter_add(g, idx, key, shape):
 
 def getitem(x, key):
     """x[key]: basic indexing becomes a `slice` view, integer arrays a `gather`."""
-    key = _norm_index(key, x.ndim)
+    key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
+                for k in _norm_index(key, x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
         arrays, tkey = [], []
         for k in key:
@@ -494,6 +495,108 @@ def min(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.min(x, axis=axis, keepdims=keepdims)
     return neg(max(neg(x), axis, keepdims))
+
+
+def cumsum(x, axis=None):
+    if not isinstance(x, Tracer):
+        return np.cumsum(x, axis=axis)
+    if axis is None:
+        x, axis = ravel(x), 0
+    if x.dtype.kind in "bui":
+        x = cast(x, np.int64)
+    return x.ctx.emit("cumsum", [x], {"axis": _norm_axes((axis,), x.ndim, "cumsum")[0]})
+
+
+def flip(x, axis=None):
+    nd = len(_shape_of(x))
+    axes = range(nd) if axis is None else _norm_axes(
+        axis if isinstance(axis, (tuple, list)) else (axis,), nd, "flip")
+    index = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(nd))
+    return slice_(x, index)
+
+
+def argmax(x, axis=None):
+    """Index of the largest value (an integer array: no gradient)."""
+    if not isinstance(x, Tracer):
+        return np.argmax(x, axis=axis)
+    if axis is None:
+        x, axis = ravel(x), 0
+    return x.ctx.emit("argmax", [x], {"axis": _norm_axes((axis,), x.ndim, "argmax")[0]})
+
+
+def argmin(x, axis=None):
+    return argmax(neg(x), axis)
+
+
+def _rounding(op, x):
+    if not isinstance(x, Tracer):
+        return OPS[op].numpy(np.asarray(x))
+    return x if x.dtype.kind in "biu" else x.ctx.emit(op, [x])
+
+
+def floor(x): return _rounding("floor", x)
+def ceil(x): return _rounding("ceil", x)
+
+
+def round_(x, decimals=0):
+    if decimals:
+        scale = 10.0 ** decimals
+        return div(_rounding("round", mul(x, scale)), scale)
+    return _rounding("round", x)
+
+
+def diagonal(x, offset=0, axis1=0, axis2=1):
+    shape = _shape_of(x)
+    if len(shape) != 2 or (axis1, axis2) != (0, 1):
+        raise UnsupportedError(f"np.diagonal of {len(shape)}-d arrays{_at(user_where())}; "
+                               "only matrices are supported")
+    rows = np.arange(builtins.max(0, -offset), builtins.min(shape[0], shape[1] - offset))
+    return getitem(x, (rows, rows + offset))
+
+
+def diag(x, k=0):
+    shape = _shape_of(x)
+    if len(shape) == 2:
+        return diagonal(x, k)
+    if len(shape) == 1 and k == 0:
+        return mul(reshape(x, (-1, 1)), np.eye(shape[0], dtype=_dtype_of(x)))
+    raise UnsupportedError(f"np.diag with k={k} on a {len(shape)}-d array{_at(user_where())}")
+
+
+def trace_(x, offset=0):
+    return sum(diagonal(x, offset))
+
+
+def tile(x, reps):
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    shape = tuple(_shape_of(x))
+    nd = builtins.max(len(shape), len(reps))
+    shape = (1,) * (nd - len(shape)) + shape
+    reps = (1,) * (nd - len(reps)) + reps
+    # tile = broadcast along a new axis in front of each axis, then merge the pairs
+    inter = tuple(v for r, d in zip(reps, shape) for v in (1, d))
+    full = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    out = broadcast_to(reshape(x, inter), full)
+    return reshape(out, tuple(r * d for r, d in zip(reps, shape)))
+
+
+def repeat(x, repeats, axis=None):
+    if not isinstance(repeats, (int, np.integer)):
+        raise UnsupportedError(f"np.repeat with per-element counts{_at(user_where())}")
+    if axis is None:
+        x, axis = ravel(x), 0
+    shape = tuple(_shape_of(x))
+    ax = _norm_axes((axis,), len(shape), "repeat")[0]
+    inter = shape[:ax + 1] + (1,) + shape[ax + 1:]
+    full = shape[:ax + 1] + (int(repeats),) + shape[ax + 1:]
+    out = broadcast_to(reshape(x, inter), full)
+    return reshape(out, shape[:ax] + (shape[ax] * int(repeats),) + shape[ax + 1:])
+
+
+def einsum(subscripts, *operands):
+    """np.einsum for one or two operands, lowered to transposes, sums and one matmul."""
+    from .einsum import einsum as _einsum
+    return _einsum(subscripts, *operands)
 
 
 # -- products ---------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ UFUNCS = {
     np.equal: F.eq, np.not_equal: F.ne, np.matmul: F.matmul,
     np.logaddexp: lambda x, y: F.add(F.maximum(x, y),
                                      F.log1p(F.exp(F.neg(F.abs(F.sub(x, y)))))),
+    np.floor: F.floor, np.ceil: F.ceil, np.rint: F.round_,
     np.logical_not: lambda x: F.eq(x, False) if x.dtype == np.bool_ else F.eq(x, 0),
 }
 _REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min}
@@ -71,7 +72,10 @@ FUNCTIONS = {
     np.full_like: F.full_like, np.average: _average,
     np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size,
     np.result_type: lambda *xs: F.result_dtype(*xs),
-    np.abs: F.abs, np.round: None,
+    np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: F.cumsum,
+    np.flip: F.flip, np.argmax: F.argmax, np.argmin: F.argmin, np.diag: F.diag,
+    np.diagonal: F.diagonal, np.trace: F.trace_, np.tile: F.tile, np.repeat: F.repeat,
+    np.einsum: F.einsum, np.fliplr: lambda x: F.flip(x, 1), np.flipud: lambda x: F.flip(x, 0),
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, **kw: F.cast(x, dtype)
@@ -156,6 +160,12 @@ def _install():
     T.ravel = lambda s: F.ravel(s)
     T.flatten = lambda s: F.ravel(s)
     T.swapaxes = lambda s, a, b: F.swapaxes(s, a, b)
+    T.cumsum = lambda s, axis=None: F.cumsum(s, axis)
+    T.argmax = lambda s, axis=None: F.argmax(s, axis)
+    T.argmin = lambda s, axis=None: F.argmin(s, axis)
+    T.round = lambda s, decimals=0: F.round_(s, decimals)
+    T.diagonal = lambda s, offset=0: F.diagonal(s, offset)
+    T.trace = lambda s, offset=0: F.trace_(s, offset)
 
 
 def _pow(x, p):

@@ -453,6 +453,25 @@ _register(OpDef(
                                  None if t[1] is None else F.matmul(x, t[1])]),
     "{0} @ {1}", flops=lambda out, ins, a: 2 * _numel(out) * ins[0][-1]))
 
+# -- scans, rounding and arg-reductions (no or simple gradients) ------------------------------
+_register(OpDef(
+    "cumsum", 1, "scan", same_shape, first_dtype, lambda x, axis: np.cumsum(x, axis=axis),
+    lambda g, out, x, axis: [F.flip(F.cumsum(F.flip(g, axis), axis), axis)],
+    lambda t, out, x, axis: F.cumsum(t[0], axis), "np.cumsum({0}, axis={axis})",
+    flops=lambda out, ins, a: _numel(out)))
+unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.floor({0})",
+      "np.floor({0})", "floor({0})", differentiable=False)
+unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",
+      "np.ceil({0})", "ceil({0})", differentiable=False)
+unary("round", np.rint, lambda g, out, x: [None], lambda t, out, x: None, "np.rint({0})",
+      "np.rint({0})", "rint({0})", differentiable=False, doc="round half to even, as np.round")
+_register(OpDef(
+    "argmax", 1, "index", lambda s, a: tuple(d for i, d in enumerate(s[0]) if i != a["axis"]),
+    lambda d, a: np.dtype(np.int64), lambda x, axis: np.argmax(x, axis=axis),
+    lambda g, out, x, axis: [None], lambda t, out, x, axis: None,
+    "np.argmax({0}, axis={axis})", differentiable=False))
+
+
 # -- algebraic identities (simplify) ----------------------------------------------------------
 def _is(v, k):
     return v is not None and v == k
