@@ -63,9 +63,13 @@ class Program:
         return leaves
 
     def __call__(self, *args):
-        leaves = [self._prepare(x) for x in self.flat_args(args)]
-        outs = self.fn(*leaves)
-        return pytree.unflatten(self.out_tree, [self._finish(o) for o in outs])
+        return self.run_flat(self.flat_args(args))
+
+    def run_flat(self, leaves):
+        """Run on the flattened array leaves of the non-static arguments."""
+        prep, fin = self._prepare, self._finish
+        outs = self.fn(*[prep(x) for x in leaves])
+        return pytree.unflatten(self.out_tree, [fin(o) for o in outs])
 
     def __repr__(self):
         return f"<adjit.Program {self.backend} {self.graph.meta.get('fn_name', '')}: " \

@@ -28,6 +28,10 @@ def _has_tracer(args):
 
 
 def _leaf_key(x):
+    if type(x) is np.ndarray:
+        return (x.shape, x.dtype.str)
+    if isinstance(x, Tracer):
+        return (x.shape, x.dtype.str)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
     dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
@@ -64,24 +68,29 @@ class Compiled:
         self.__doc__ = getattr(fn, "__doc__", None)
         self._cache = {}
 
-    def _key(self, args):
-        key = []
+    def _flatten(self, args):
+        """-> (key, leaves, any_tracer) in one pass over the arguments."""
+        key, leaves = [], []
         for i, a in enumerate(args):
             if i in self.static_argnums:
                 key.append(_static_key(a))
             else:
-                leaves, treedef, _ = pytree.flatten(a)
-                key.append((treedef, tuple(_leaf_key(x) for x in leaves)))
-        return tuple(key)
+                ls, treedef, _ = pytree.flatten(a)
+                leaves.extend(ls)
+                key.append((treedef, tuple(_leaf_key(x) for x in ls)))
+        return tuple(key), leaves
+
+    def _key(self, args):
+        return self._flatten(args)[0]
 
     def __call__(self, *args):
-        if _has_tracer(args):
+        key, leaves = self._flatten(args)
+        if any(isinstance(x, Tracer) for x in leaves):
             return self._traced(*args)
-        key = self._key(args)
         prog = self._cache.get(key)
         if prog is None:
             prog = self._cache[key] = self._build(args)
-        return prog(*args)
+        return prog.run_flat(leaves)
 
     def trace(self, *args):
         """The graph of this function for these arguments, before any pass."""
