@@ -150,9 +150,9 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
         return lambda f: compile(f, backend=backend, fuse=fuse, checkpoint=checkpoint,
                                  memory_budget=memory_budget, static_argnums=static_argnums,
                                  **backend_options)
-    return Compiled(fn, backend=backend, fuse=fuse, checkpoint=checkpoint,
-                    memory_budget=memory_budget, static_argnums=static_argnums,
-                    **backend_options)
+    opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
+                static_argnums=_static(static_argnums), **backend_options)
+    return _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
 
 
 # -- helpers for the transformations ----------------------------------------------------------
@@ -253,6 +253,12 @@ def grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     array([2., 4.])
     """
     static = _static(static_argnums)
+    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
+    return _cached("grad", fn, lambda: _make_grad(fn, argnums, has_aux, static,
+                                                  compile_options), key)
+
+
+def _make_grad(fn, argnums, has_aux, static, compile_options):
     traced = _grad_traced(fn, argnums, has_aux, has_aux, static)
     if has_aux:
         inner = traced
@@ -274,9 +280,10 @@ def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile
     (9.0, array([6.]))
     """
     static = _static(static_argnums)
-    traced = _grad_traced(fn, argnums, has_aux, True, static)
-    return Compiled(fn, traced, static_argnums=static,
-                    name=f"value_and_grad_{_fn_name(fn)}", **compile_options)
+    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
+    return _cached("value_and_grad", fn, lambda: Compiled(
+        fn, _grad_traced(fn, argnums, has_aux, True, static), static_argnums=static,
+        name=f"value_and_grad_{_fn_name(fn)}", **compile_options), key)
 
 
 def _static(s):
@@ -287,7 +294,9 @@ _TRANSFORMS = {}
 
 
 def _cached(kind, fn, make, options):
-    key = (kind, fn, tuple(sorted(options.items())))
+    """One Compiled per (transformation, function, options): adjit.grad(loss)(...) inside a
+    training loop then reuses its programs instead of compiling every step."""
+    key = (kind, fn, tuple(sorted((k, repr(v)) for k, v in options.items())))
     try:
         c = _TRANSFORMS.get(key)
     except TypeError:
