@@ -293,7 +293,9 @@ unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: 
 
 def _where_ge(x, y):
     # balanced at ties as in JAX: each side gets half, so maximum(x, x) has derivative 1
-    return F.where(F.gt(x, y), 1.0, F.where(F.eq(x, y), 0.5, 0.0))
+    # constants in x's dtype: Python floats on both sides of a where would make it float64
+    one, half, zero = (F.full_like(x, v) for v in (1.0, 0.5, 0.0))
+    return F.where(F.gt(x, y), one, F.where(F.eq(x, y), half, zero))
 
 
 def _pow_vjp(g, out, x, y):

@@ -17,7 +17,8 @@ EPS = 1e-6
 
 
 def test_every_op_has_a_table_row():
-    missing = set(OPS) - set(TABLE) - {"input", "const"}
+    # fused nodes are made by passes/fusion.py, never traced: tests/passes/test_fusion.py
+    missing = set(OPS) - set(TABLE) - {"input", "const", "fused"}
     assert not missing, f"ops without a row in tests/optable.py: {sorted(missing)}"
 
 
@@ -125,3 +126,12 @@ def test_where_fast_path_is_exactly_np_where(dtype):
         got, ref = OPS["where"].numpy(*args), np.where(*args)
         assert got.dtype == ref.dtype
         np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+@pytest.mark.parametrize("name,k,fn,spec", CASES, ids=IDS)
+def test_float32_stays_float32_in_values_and_cotangents(name, k, fn, spec):
+    xs = make_inputs(spec, k, np.float32)
+    out, f_vjp = adjit.vjp(fn, *xs, backend="numpy")
+    assert out.dtype == np.asarray(fn(*xs)).dtype  # as NumPy promotes (a row may cast)
+    for ct in f_vjp(np.ones(out.shape, out.dtype)):
+        assert ct.dtype == np.float32, name
