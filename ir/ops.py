@@ -65,6 +65,14 @@ class OpDef:
     # rewrite(emit, attrs, args) -> node id or None: a local rewrite that may emit new nodes;
     #   args are the argument nodes' attribute dicts with their "id"
     rewrite: Callable | None = None
+    # fusion, read by passes/fusion.py and the kernel generators: "map" (elementwise, spelled
+    #   by `scalar`/`cuda` per element), "broadcast" (its argument read with broadcast strides),
+    #   "reduce" (`scalar` combines two partial results; reduce_init(dtype) is the identity),
+    #   "source" (a scalar constant, written as a literal); None: never inside a kernel
+    fusion: str | None = None
+    reduce_init: Callable | None = None
+    # show(attrs) -> text: a compact form of the attributes for the printed IR
+    show: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -231,13 +239,14 @@ def _bitmask(x, c, invert):
 def unary(name, numpy, vjp, jvp, code, scalar, cuda, flops=1, differentiable=True, doc=""):
     _register(OpDef(name, 1, "elementwise", same_shape, first_dtype, numpy, vjp, jvp, code,
                     scalar, cuda, lambda out, ins, a, f=flops: f * _numel(out),
-                    differentiable, doc))
+                    differentiable, doc, fusion="map"))
 
 
 def binary(name, numpy, vjp, jvp, code, scalar, cuda, dtype=first_dtype, flops=1,
            differentiable=True):
     _register(OpDef(name, 2, "elementwise", same_shape, dtype, numpy, vjp, jvp, code,
-                    scalar, cuda, lambda out, ins, a, f=flops: f * _numel(out), differentiable))
+                    scalar, cuda, lambda out, ins, a, f=flops: f * _numel(out), differentiable,
+                    fusion="map"))
 
 
 def _sum_t(ts):
@@ -254,7 +263,7 @@ def _sum_t(ts):
 _register(OpDef("input", 0, "source", lambda s, a: a["shape"], attr_dtype, _input,
                 None, None, None, differentiable=True))
 _register(OpDef("const", 0, "source", lambda s, a: np.shape(a["value"]), attr_dtype, _const,
-                None, None, None, differentiable=False))
+                None, None, None, differentiable=False, fusion="source"))
 
 # -- unary elementwise ------------------------------------------------------------------------
 unary("neg", np.negative, lambda g, out, x: [F.neg(g)], lambda t, out, x: F.neg(t[0]),
@@ -278,12 +287,12 @@ unary("cos", np.cos, lambda g, out, x: [F.neg(F.mul(g, F.sin(x)))],
 # tanh' = 1 - tanh^2 reuses the forward result instead of recomputing cosh
 unary("tanh", np.tanh, lambda g, out, x: [F.mul(g, F.sub(1, F.mul(out, out)))],
       lambda t, out, x: F.mul(t[0], F.sub(1, F.mul(out, out))),
-      "np.tanh({0})", "math.tanh({0})", "tanh({0})", 6)
+      "np.tanh({0})", "_rt_tanh({0})", "tanh({0})", 6)
 unary("sqrt", np.sqrt, lambda g, out, x: [F.div(g, F.mul(out, 2))],
       lambda t, out, x: F.div(t[0], F.mul(out, 2)),
       "np.sqrt({0})", "math.sqrt({0})", "sqrt({0})", 2)
 unary("abs", np.abs, lambda g, out, x: [F.mul(g, F.sign(x))],
-      lambda t, out, x: F.mul(t[0], F.sign(x)), "np.abs({0})", "abs({0})", "fabs({0})")
+      lambda t, out, x: F.mul(t[0], F.sign(x)), "np.abs({0})", "abs({0})", "_rt_abs({0})")
 unary("sign", np.sign, lambda g, out, x: [None], lambda t, out, x: None,
       "np.sign({0})", "_rt_sign({0})", "_rt_sign({0})", differentiable=False)
 unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: None,
@@ -322,18 +331,18 @@ binary("div", np.divide, lambda g, out, x, y: [F.div(g, y), F.neg(F.mul(F.div(g,
                                     None if t[1] is None
                                     else F.neg(F.mul(F.div(t[1], y), out))]),
        "{0} / {1}", "({0} / {1})", "({0} / {1})", flops=4)
-binary("pow", np.power, _pow_vjp, _pow_jvp, "{0} ** {1}", "({0} ** {1})", "pow({0}, {1})",
+binary("pow", np.power, _pow_vjp, _pow_jvp, "{0} ** {1}", "({0} ** {1})", "_rt_pow({0}, {1})",
        flops=8)
 binary("maximum", np.maximum,
        lambda g, out, x, y: [F.mul(g, _where_ge(x, y)), F.mul(g, _where_ge(y, x))],
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(x, y)),
                                     None if t[1] is None else F.mul(t[1], _where_ge(y, x))]),
-       "np.maximum({0}, {1})", "max({0}, {1})", "max({0}, {1})")
+       "np.maximum({0}, {1})", "_rt_maximum({0}, {1})", "_rt_maximum({0}, {1})")
 binary("minimum", np.minimum,
        lambda g, out, x, y: [F.mul(g, _where_ge(y, x)), F.mul(g, _where_ge(x, y))],
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(y, x)),
                                     None if t[1] is None else F.mul(t[1], _where_ge(x, y))]),
-       "np.minimum({0}, {1})", "min({0}, {1})", "min({0}, {1})")
+       "np.minimum({0}, {1})", "_rt_minimum({0}, {1})", "_rt_minimum({0}, {1})")
 for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">="),
                          ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                          ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")]:
@@ -347,13 +356,13 @@ _register(OpDef(
     lambda t, out, c, x, y: None if t[1] is None and t[2] is None else F.where(
         c, 0.0 if t[1] is None else t[1], 0.0 if t[2] is None else t[2]),
     None, "({1} if {0} else {2})", "({0} ? {1} : {2})",
-    lambda out, ins, a: _numel(out)))
+    lambda out, ins, a: _numel(out), fusion="map"))
 _register(OpDef(
     "cast", 1, "elementwise", same_shape, attr_dtype, lambda x, dtype: x.astype(dtype),
     lambda g, out, x, dtype: [F.cast(g, x.dtype) if x.dtype.kind == "f" else None],
     lambda t, out, x, dtype: F.cast(t[0], dtype) if np.dtype(dtype).kind == "f" else None,
     "{0}.astype({dtype})", "{dtype}({0})", "(({ctype}){0})",
-    lambda out, ins, a: 0))
+    lambda out, ins, a: 0, fusion="map"))
 
 # -- layout: broadcasting, reshapes, transposes, slices (views in NumPy) ----------------------
 _register(OpDef(
@@ -361,7 +370,7 @@ _register(OpDef(
     lambda x, shape: np.broadcast_to(x, shape),
     lambda g, out, x, shape: [F.unbroadcast(g, x.shape)],
     lambda t, out, x, shape: F.broadcast_to(t[0], shape),
-    "np.broadcast_to({0}, {shape})"))
+    "np.broadcast_to({0}, {shape})", "{0}", "{0}", fusion="broadcast"))
 _register(OpDef(
     "reshape", 1, "view", lambda s, a: tuple(a["shape"]), first_dtype,
     lambda x, shape: np.reshape(x, shape),
@@ -410,7 +419,13 @@ _register(OpDef(
     _one_hot, lambda g, out, x, num_classes, dtype: [None], lambda t, out, x, **a: None, None,
     differentiable=False))
 
+
 # -- reductions -------------------------------------------------------------------------------
+def _lowest(dtype):
+    dt = np.dtype(dtype)
+    return -math.inf if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
+
+
 def _sum_vjp(g, out, x, axis, keepdims):
     if not keepdims:
         g = F.reshape(g, reduce_shape([x.shape], {"axis": axis, "keepdims": True}))
@@ -441,11 +456,12 @@ _register(OpDef(
     "sum", 1, "reduction", reduce_shape, first_dtype, _sum, _sum_vjp,
     lambda t, out, x, axis, keepdims: F.sum(t[0], axis=axis, keepdims=keepdims),
     "np.sum({0}, axis={axis}, keepdims={keepdims})", "({0} + {1})", "({0} + {1})",
-    lambda out, ins, a: _numel(ins[0])))
+    lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=lambda dt: 0))
 _register(OpDef(
     "max", 1, "reduction", reduce_shape, first_dtype, _max, _max_vjp, _max_jvp,
-    "np.max({0}, axis={axis}, keepdims={keepdims})", "max({0}, {1})", "max({0}, {1})",
-    lambda out, ins, a: _numel(ins[0])))
+    "np.max({0}, axis={axis}, keepdims={keepdims})", "_rt_maximum({0}, {1})",
+    "_rt_maximum({0}, {1})",
+    lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=_lowest))
 
 # -- matrix products --------------------------------------------------------------------------
 _register(OpDef(
@@ -513,7 +529,18 @@ OPS["cast"].noop = lambda a, shape, dtype: np.dtype(a["dtype"]) == np.dtype(dtyp
 
 SCALAR_HELPERS = {
     # scalar helpers the kernels' spellings refer to; defined once per backend
-    "_rt_sign": "sign",
+    "_rt_sign": "sign, NaN staying NaN",
+    "_rt_tanh": "tanh (a backend may use a faster form where its dtype allows)",
+    "_rt_maximum": "maximum propagating NaN, as np.maximum",
+    "_rt_minimum": "minimum propagating NaN, as np.minimum",
 }
+
+# -- fused groups (made by passes/fusion.py after autodiff; see ir/fused.py) -----------------
+from . import fused as _fused  # noqa: E402 - it reads OPS, so it comes after the table
+
+_register(OpDef(
+    "fused", None, "fused", _fused.fused_shape, _fused.fused_dtype, _fused.fused_numpy,
+    _fused.no_rule, _fused.no_rule, None, flops=_fused.fused_flops, show=_fused.show,
+    doc="one output of a fused group of elementwise nodes, optionally reduced"))
 
 del _name, _fn, _sym

@@ -26,6 +26,9 @@ def safe_text(s) -> str:
 def format_attrs(op, attrs) -> str:
     if not attrs:
         return ""
+    from .ops import OPS
+    if op in OPS and OPS[op].show is not None:
+        return OPS[op].show(attrs)
     parts = []
     for k, v in sorted(attrs.items()):
         if k == "value":

@@ -14,8 +14,6 @@ def verify(g, pass_name="?"):
         d = g[n]
         op = OPS.get(d["op"])
         if op is None:
-            if d["op"] == "fused":
-                continue
             fail(n, "unknown op")
         args = d["args"]
         if op.arity is not None and len(args) != op.arity:

@@ -4,9 +4,8 @@ Each step is a function from graph to graph; DEBUG=2 prints the IR after every p
 """
 from __future__ import annotations
 
-from ..ir.ops import OPS
 from ..ir.verify import verify
-from .schedule import schedule
+from .schedule import flops, schedule
 from .simplify import simplify
 
 
@@ -22,11 +21,13 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         from .fusion import fuse_elementwise
         steps.append(("fusion", lambda x: fuse_elementwise(x, **getattr(
             backend, "FUSION_OPTIONS", {}))))
+    scratch = getattr(backend, "scratch_bytes", None)   # its fused groups' temporaries
     if checkpoint is not None or memory_budget is not None:
         from .checkpoint import schedule_checkpoints
         steps.append(("checkpoint", lambda x: schedule_checkpoints(
-            x, segments=checkpoint, budget=memory_budget)))
-    steps.append(("schedule", lambda x: schedule(x, order=x.meta.get("order"))))
+            x, segments=checkpoint, budget=memory_budget, scratch=scratch)))
+    steps.append(("schedule", lambda x: schedule(x, order=x.meta.get("order"),
+                                                 scratch=scratch)))
     for name, step in steps:
         g = step(g)
         verify(g, name)
@@ -38,9 +39,7 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
 def memory_report(g):
     from ..backends.runtime import MemoryReport
     s = g.meta["schedule"]
-    fwd = sum(OPS[g[n]["op"]].flops(g[n]["shape"], [g[a]["shape"] for a in g.args(n)],
-                                    g[n]["attrs"])
-              for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
+    fwd = sum(flops(g, n) for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
     ck = g.meta.get("checkpoints", {})
     return MemoryReport(s.peak_bytes, s.live_bytes, list(s.order), dict(ck),
-                        g.meta.get("recomputed_flops", 0), fwd)
+                        g.meta.get("recomputed_flops", 0), fwd, s.peak_working_bytes)

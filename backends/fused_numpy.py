@@ -1,0 +1,173 @@
+"""NumPy statements for a run of fused nodes: one call per instruction, in place where it can.
+
+Input: consecutive fused nodes of one group (ir/fused.py) inside a Codegen. Output: lines that
+make the same NumPy calls as the unfused program, so results are bit-identical, but write each
+ufunc result into the buffer of an operand that dies there (`out=`) instead of a new array.
+Temporaries are `_t<j>` and are deleted at their last use, so memory measurements stay real.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.fused import value_types
+from ..ir.ops import OPS
+from .codegen import comment, literal
+
+
+def ufunc_name(op):
+    """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), else None."""
+    fn = OPS[op].numpy
+    if isinstance(fn, np.ufunc) and getattr(np, fn.__name__, None) is fn:
+        return f"np.{fn.__name__}"
+    return None
+
+
+def needed(a, n_in, which):
+    """Values (input and instruction indices) that outputs `which` depend on."""
+    need, stack = set(), [a["outputs"][k][0] for k in which]
+    while stack:
+        r = stack.pop()
+        if r in need:
+            continue
+        need.add(r)
+        if r >= n_in:
+            stack.extend(a["expr"][r - n_in].args)
+    return need
+
+
+def instr_comment(ins):
+    """`# tanh    mlp.py:18  h = ...`: the op of one instruction and the user line it is from."""
+    w = ins.where
+    if w is None:
+        return comment(ins.op)
+    if w.role:
+        return comment(f"{ins.op:<32}  {w.role} ({w.short}  {w.text})")
+    return comment(f"{ins.op:<32}  {w.short}  {w.text}")
+
+
+def numpy_group(cg, run):
+    """Lines computing the fused nodes `run` with NumPy (see the module docstring)."""
+    return numpy_group_plan(cg, run)[0]
+
+
+def same_group(g, n, m):
+    """Are n and m different outputs of one fused group, over the same arguments?"""
+    a, b = g[n], g[m]
+    return a["op"] == b["op"] == "fused" and b["attrs"]["kernel"] == a["attrs"]["kernel"] \
+        and b["args"] == a["args"] and b["attrs"]["output"] != a["attrs"]["output"]
+
+
+class _Names:
+    def __init__(self, g):
+        from .codegen import Names
+        self.g, self.names, self.attrs_tab = g, Names(g), []
+
+    def arg(self, x):
+        return self.names[x]
+
+
+def scratch_bytes(g, n):
+    """Bytes the NumPy code of fused node n allocates besides n's result while it runs: its
+    temporaries, and the results of the rest of its group, made in the same statements (the
+    schedule counts them at their own steps, just after). Charged to a group's first node."""
+    if g[n]["op"] != "fused" or (n - 1 in g and same_group(g, n - 1, n)):
+        return 0
+    run = [n]
+    while run[-1] + 1 in g and same_group(g, n, run[-1] + 1):
+        run.append(run[-1] + 1)
+    return max(0, numpy_group_plan(_Names(g), run)[1] - g.nbytes(n))
+
+
+def numpy_group_plan(cg, run):
+    """(lines, peak bytes those lines hold at once: temporaries and results) for `run`."""
+    g = cg.g
+    d0 = g[run[0]]
+    a = d0["attrs"]
+    shape = tuple(a["shape"])
+    in_nodes = d0["args"]
+    n_in = len(in_nodes)
+    types = value_types([g[x]["shape"] for x in in_nodes], [g[x]["dtype"] for x in in_nodes], a)
+    want = {g[n]["attrs"]["output"]: n for n in run}
+    need = needed(a, n_in, want)
+    ends = {r: float("inf") for r in (a["outputs"][k][0] for k in want)}
+    for j, ins in enumerate(a["expr"]):
+        if n_in + j in need:
+            for r in ins.args:
+                ends.setdefault(r, j)
+                ends[r] = max(ends[r], j)
+    target = {a["outputs"][k][0]: n for k, n in want.items() if a["outputs"][k][1] is None}
+    val = [cg.arg(x) for x in in_nodes]          # source of every value so far
+    full = [g[x]["shape"] == shape for x in in_nodes]
+    temps = set()                                # values held in `_t<j>` arrays, alive
+    held = {}                                    # value -> bytes of the array it holds
+    live = peak = 0
+    full_bytes = int(np.prod(shape, dtype=np.int64))
+    lines = [comment(f"{a['kernel']}: " + ", ".join(
+        f"{cg.names[n]} = out{g[n]['attrs']['output']}" for n in run))]
+    for j, ins in enumerate(a["expr"]):
+        r_j = n_in + j
+        if r_j not in need:
+            val.append(None)
+            full.append(False)
+        elif ins.op == "const":
+            val.append(literal(ins.attrs["value"], types[r_j][1]))
+            full.append(False)
+        elif OPS[ins.op].fusion == "broadcast":
+            # NumPy broadcasts implicitly, with the same right-aligned rule as the IR
+            val.append(val[ins.args[0]])
+            full.append(False)
+        else:
+            name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
+            reuse = [r for r in ins.args if r in temps and ends.get(r) == j and full[r]
+                     and types[r][1] == types[r_j][1]]
+            rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
+                                      types[r_j][1], any(full[r] for r in ins.args),
+                                      r_j in target, val[reuse[0]] if reuse else None)
+            if new:
+                held[r_j] = full_bytes * types[r_j][1].itemsize if is_full else 0
+                live += held[r_j]
+            else:
+                held[r_j] = held.pop(reuse[0], 0)
+            peak = max(peak, live)
+            lines.append(instr_comment(ins))
+            lines.append(f"{name} = {rhs}")
+            val.append(name)
+            full.append(is_full)
+            if r_j not in target:
+                temps.add(r_j)
+            dead = sorted({r for r in ins.args if r in temps and ends.get(r) == j})
+            if dead:
+                lines.append("del " + ", ".join(val[r] for r in dead))
+                temps -= set(dead)
+                live -= sum(held.pop(r, 0) for r in dead)
+    from .numpy_backend import op_expression
+    for k, n in sorted(want.items()):
+        ref, red = a["outputs"][k]
+        if red is None:
+            continue
+        src = val[ref] if full[ref] or not shape else f"np.broadcast_to({val[ref]}, {shape})"
+        lines.append(comment(f"{red[0]} of {val[ref]}"))
+        lines.append(f"{cg.names[n]} = " + op_expression(
+            red[0], {"axis": tuple(red[1]), "keepdims": red[2]}, [src], cg.attrs_tab))
+        live += g.nbytes(n)
+        peak = max(peak, live)
+    if temps:
+        lines.append("del " + ", ".join(sorted(val[r] for r in temps)))
+    return lines, peak
+
+
+def _call(cg, ins, args, shape, dtype, is_full, is_out, dying):
+    """(right-hand side, is the result full-shape, is it a new array) for one instruction: a
+    ufunc writing into the dying buffer `dying` when there is one, else a new array."""
+    from .numpy_backend import op_expression
+    uf = ufunc_name(ins.op)
+    if uf is not None and shape:
+        if dying is not None:
+            return f"{uf}({', '.join(args)}, out={dying})", True, False
+        if is_out and not is_full:
+            return f"{uf}({', '.join(args)}, out=np.empty({shape}, np.{dtype.name}))", True, True
+        return f"{uf}({', '.join(args)})", is_full, True
+    rhs = op_expression(ins.op, ins.attrs, args, cg.attrs_tab)
+    if shape and is_out and not is_full:
+        return f"np.array(np.broadcast_to({rhs}, {shape}))", True, True
+    return rhs, is_full, True

@@ -1,0 +1,308 @@
+"""numba backend: scheduled graph -> the NumPy backend's module, with fused groups as kernels.
+
+Input: a fused, scheduled graph. Output: a Python module like the NumPy backend's (matmul stays
+BLAS, other ops stay NumPy calls) in which each run of a fused group calls one `@numba.njit`
+kernel (backends/numba_kernels.py) writing into arrays allocated just before it, so the memory
+the schedule counts is what is allocated. Kernel modules are real files in a cache directory
+named by the hash of their source, so numba's `cache=True` skips compilation in a new process.
+Groups smaller than `min_kernel_size` elements run as NumPy code: a kernel would cost a compile
+(0.1-1 s, once per machine) for nothing measurable at that size.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import types
+
+import numpy as np
+
+from ..ir.errors import AdjitError
+from ..ir.fused import Instr
+from ..ir.ops import OPS
+from .codegen import comment, load_module, node_comment
+from .fused_numpy import numpy_group
+from .fused_numpy import scratch_bytes as numpy_scratch_bytes
+from .numba_kernels import kernel_spec
+from .numpy_backend import Codegen, as_array
+
+NAME = "numba"
+FUSES = True
+FUSION_OPTIONS = {"reductions": True}
+
+# below this many elements a group is NumPy code, not a kernel (see the module docstring)
+MIN_KERNEL_SIZE = 4096
+# from this many elements a kernel runs its prange variant on all of numba's threads: below,
+# waking the threads costs more than it saves, and in a training step each kernel sits between
+# BLAS calls whose threads spin on the other cores for a while after each call
+PARALLEL_SIZE = 1 << 20
+
+
+def scratch_bytes(g, n):
+    """Bytes node n holds besides its result while it runs, for the schedule: none for a
+    kernel; a group too small for one runs as NumPy code and holds its temporaries."""
+    if g[n]["op"] == "fused" and _size(g[n]["attrs"]["shape"]) >= MIN_KERNEL_SIZE:
+        return 0
+    return numpy_scratch_bytes(g, n)
+
+
+def why_unusable():
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed (pip install numba)"
+    return None
+
+
+def usable() -> bool:
+    return why_unusable() is None
+
+
+# -- the kernel cache ---------------------------------------------------------------------------
+_LOCK = threading.Lock()
+_MODULES = {}
+
+
+def cache_dir() -> str:
+    """Where kernel sources (and numba's compiled objects, in __pycache__) are kept:
+    $ADJIT_CACHE_DIR, else $XDG_CACHE_HOME/adjit/numba, else ~/.cache/adjit/numba."""
+    d = os.environ.get("ADJIT_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "adjit", "numba")
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    d = os.path.join(tempfile.gettempdir(), f"adjit-numba-{os.getuid()}")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def load_kernels(source: str):
+    """The module of a kernel source, written once to the cache directory and imported."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    with _LOCK:
+        mod = _MODULES.get(digest)
+        if mod is not None:
+            return mod
+        name = f"adjit_kernel_{digest}"
+        path = os.path.join(cache_dir(), name + ".py")
+        if not _same_text(path, source):
+            # written once and never touched again: numba's cache checks the file's stamp
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _MODULES[digest] = mod
+        return mod
+
+
+def _same_text(path, source):
+    try:
+        with open(path) as f:
+            return f.read() == source
+    except OSError:
+        return False
+
+
+# -- code generation ------------------------------------------------------------------------------
+class NumbaCodegen(Codegen):
+    backend = "numba"
+
+    def __init__(self, g, fn_name="program", min_kernel_size=MIN_KERNEL_SIZE,
+                 parallel_size=PARALLEL_SIZE, donate_argnums=(), **options):
+        super().__init__(g, fn_name, **options)
+        self.min_kernel_size, self.parallel_size = min_kernel_size, parallel_size
+        self.kernels = {}                     # kernel name -> (source, file)
+        self.ns_kernels = types.SimpleNamespace()
+        self.namespace["_rt_kernels"] = self.ns_kernels
+        self.namespace["_rt_donatable"] = donatable
+        self.donated = donated_inputs(g, donate_argnums)
+        self.step_of = {n: i for i, n in enumerate(self.sched.order)}
+
+    def emit_group(self, run):
+        g = self.g
+        d0 = g[run[0]]
+        a = d0["attrs"]
+        if _size(a["shape"]) < self.min_kernel_size:
+            return numpy_group(self, run)
+        args = d0["args"]
+        return self._kernel_call(a, {g[n]["attrs"]["output"]: n for n in run},
+                                 [self.arg(x) for x in args], [g[x]["shape"] for x in args],
+                                 [g[x]["dtype"] for x in args], args)
+
+    def emit_node(self, n):
+        """Without fusion, each elementwise node is a kernel of one instruction. Reductions
+        alone stay NumPy calls: np.sum's pairwise SIMD loop is as fast as a kernel's."""
+        g = self.g
+        d = g[n]
+        if OPS[d["op"]].fusion != "map" or _size(d["shape"]) < self.min_kernel_size:
+            return super().emit_node(n)
+        exprs, shapes, dtypes, loads = [], [], [], []
+        for x in d["args"]:
+            # an elided broadcast is read with broadcast strides from the array it broadcasts
+            src = g.args(x)[0] if x in self.elided else x
+            exprs.append(self.arg(x))
+            shapes.append(g[src]["shape"])
+            dtypes.append(g[src]["dtype"])
+            loads.append(Instr("broadcast_to", (len(loads),), {"shape": d["shape"]}, x, None)
+                         if src != x else None)
+        n_in = len(exprs)
+        expr = [i for i in loads if i is not None]
+        refs, k = [], n_in
+        for pos, load in enumerate(loads):
+            refs.append(pos if load is None else k)
+            k += load is not None
+        expr.append(Instr(d["op"], tuple(refs), dict(d["attrs"]), n, d["where"]))
+        a = {"kernel": f"{d['op']}_v{n}", "shape": d["shape"], "expr": tuple(expr),
+             "outputs": ((n_in + len(expr) - 1, None),), "output": 0}
+        return self._kernel_call(a, {0: n}, exprs, shapes, dtypes,
+                                 [x if x not in self.elided else None for x in d["args"]])
+
+    def _kernel_call(self, a, by_output, args, in_shapes, in_dtypes, arg_nodes):
+        """Lines allocating the outputs `by_output` ({output index: node}) and calling the
+        kernel that computes them from argument expressions `args`; outputs that may take
+        the buffer of a donated argument do so when the arrays allow it at run time."""
+        which = sorted(by_output)
+        name = a["kernel"]
+        if len(which) < len(a["outputs"]):
+            name += "_out" + "_".join(str(k) for k in which)
+        fn_name = name + ("_par" if _size(a["shape"]) >= self.parallel_size else "")
+        lines = [comment(f"{fn_name} (Program.kernels[{fn_name!r}]) fuses:")]
+        lines += [comment(f"  {line}") for line in user_lines(a)]
+        inplace = self._donations(a, by_output, arg_nodes)
+        call = self._call(a, which, by_output, args, in_shapes, in_dtypes, name, fn_name, {})
+        if not inplace:
+            return lines + call
+        mine = "".join(args[j] + ", " for j in inplace.values())
+        rest = "".join(args[j] + ", " for j in range(len(args)) if j not in inplace.values())
+        test = f"_rt_donatable(({mine}), ({rest}))"
+        donated = self._call(a, which, by_output, args, in_shapes, in_dtypes, name + "_donated",
+                             fn_name + "_donated", inplace)
+        return lines + [f"if {test}:"] + ["    " + x for x in donated] + ["else:"] + \
+            ["    " + x for x in call]
+
+    def _donations(self, a, by_output, arg_nodes):
+        """{output: argument position} for outputs that may overwrite a donated argument: one
+        of the same shape and dtype, read at the same index, and not read after this call."""
+        g, out = self.g, {}
+        last = max(self.step_of[n] for n in by_output.values())
+        for k, n in sorted(by_output.items()):
+            if a["outputs"][k][1] is not None:
+                continue
+            for j, x in enumerate(arg_nodes):
+                if x in self.donated and j not in out.values() and x not in g.outputs \
+                        and g[x]["shape"] == g[n]["shape"] == tuple(a["shape"]) \
+                        and g[x]["dtype"] == g[n]["dtype"] and self.sched.last_use[x] <= last:
+                    out[k] = j
+                    break
+        return out
+
+    def _call(self, a, which, by_output, args, in_shapes, in_dtypes, name, fn_name, inplace):
+        g = self.g
+        spec = kernel_spec(a, which, in_shapes, in_dtypes, name, inplace)
+        mod = load_kernels(spec.source)
+        par = fn_name.endswith("_par") or fn_name.endswith("_par_donated")
+        setattr(self.ns_kernels, fn_name, getattr(mod, "kernel_par" if par else "kernel"))
+        self.kernels[fn_name] = (spec.shown["par" if par else "seq"], mod.__file__)
+        lines = []
+        for k in which:
+            n = by_output[k]
+            lines.append(node_comment(g, n))
+            if k in inplace:
+                lines.append(f"{self.names[n]} = {args[inplace[k]]}  # donated")
+            else:
+                lines.append(f"{self.names[n]} = np.empty({tuple(g[n]['shape'])}, "
+                             f"np.{g[n]['dtype'].name})")
+        call = [f"np.ravel({args[k]})" for k in spec.inputs]
+        call += [f"{self.names[by_output[k]]}.reshape(-1)" for k in spec.outputs]
+        call += [str(s) for s in spec.sizes]
+        lines.append(f"_rt_kernels.{fn_name}({', '.join(call)})")
+        return lines
+
+
+def donated_inputs(g, donate_argnums):
+    """The input nodes that are leaves of the donated arguments."""
+    from ..frontend import pytree
+    nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+    trees = g.meta.get("in_trees") or []
+    pos, k = {}, 0
+    for i, tree in enumerate(trees):
+        if tree is not None:
+            n = pytree.num_leaves(tree)
+            pos[i] = range(k, k + n)
+            k += n
+    return {g.inputs[j] for i in nums for j in pos.get(i % max(len(trees), 1), ())}
+
+
+def donatable(donated, others):
+    """May the kernel write over `donated`? Each must be a C-contiguous writable ndarray that
+    shares no memory with any other argument (a donated array passed twice would be read
+    after it was written)."""
+    arrays = donated + others
+    for i, x in enumerate(donated):
+        if type(x) is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
+            return False
+        for j, y in enumerate(arrays):
+            if j != i and np.may_share_memory(x, y):
+                return False
+    return True
+
+
+def user_lines(a):
+    """The distinct user source lines a group's instructions come from, in order."""
+    seen = {}
+    for ins in a["expr"]:
+        w = ins.where
+        if w is not None:
+            roles = seen.setdefault(f"{w.short}  {w.text}", set())
+            roles.add("vjp" if w.role.startswith("vjp") else w.role or "forward")
+    return [f"{line}    ({', '.join(sorted(roles))})" if roles != {"forward"} else line
+            for line, roles in seen.items()]
+
+
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def passive_threads():
+    """Ask numba's OpenMP threads to sleep at barriers instead of spinning (OMP_WAIT_POLICY,
+    read when numba first starts its threads; a value the user set wins).
+
+    Spinning threads hold the cores: with another busy process on a 2-core machine a parallel
+    GELU kernel took 15.9 ms instead of 3.7 ms. (The workqueue layer does not spin either, but
+    aborts the process when two Python threads call kernels at once.) Process-wide malloc
+    settings are left to the program: `adjit` commands and the benchmarks raise glibc's mmap
+    threshold, which matters when large results are allocated on every call.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+
+def build(g, fn_name="program", min_kernel_size=MIN_KERNEL_SIZE, parallel_size=PARALLEL_SIZE,
+          **options):
+    """Generate and load the module; -> dict(fn, source, kernels, prepare, finish).
+
+    min_kernel_size: groups with fewer elements run as NumPy code (0: every group is a kernel).
+    parallel_size: groups with at least this many elements use numba's threads.
+    """
+    if not usable():
+        raise AdjitError(f"backend 'numba' cannot run here: {why_unusable()}")
+    passive_threads()
+    cg = NumbaCodegen(g, fn_name, min_kernel_size=min_kernel_size, parallel_size=parallel_size,
+                      **options)
+    source, namespace = cg.generate()
+    ns, _ = load_module(source, fn_name, namespace)
+    fn = ns[fn_name]
+    fn.__source__ = source
+    kernels = {k: f"{comment(f'runs as `kernel` in {path}')}\n{src}"
+               for k, (src, path) in cg.kernels.items()}
+    return {"fn": fn, "source": source, "kernels": kernels, "prepare": as_array,
+            "finish": as_array}

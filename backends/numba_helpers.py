@@ -1,0 +1,70 @@
+"""The scalar helpers that the `scalar` spellings in ir/ops.py name (SCALAR_HELPERS), for numba.
+
+Generated kernel modules import them from here, so numba's on-disk cache can find them. Each is
+inlined into the kernel loop, which stays free of calls and so can be vectorised.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+_f32 = np.float32
+
+
+@numba.njit(inline="always", cache=True)
+def _rt_sign(x):
+    # NaN fails both tests and is returned as it is, as np.sign does
+    return 1 if x > 0 else (-1 if x < 0 else x)
+
+
+@numba.njit(inline="always", cache=True)
+def _rt_maximum(x, y):
+    # np.maximum propagates NaN from either side; Python's max would drop one
+    return x if (x > y or x != x) else y
+
+
+@numba.njit(inline="always", cache=True)
+def _rt_minimum(x, y):
+    return x if (x < y or x != x) else y
+
+
+@numba.njit(inline="always", cache=True)
+def _tanh_f32(x):
+    """tanh in float32 as a rational function (Eigen's ptanh_float): no libm call, so the loop
+    vectorises (math.tanh does not, lacking a vector math library); within 2 ulp of NumPy.
+    inline="always": numba's parallel loops vectorise only calls inlined at its IR level."""
+    c = _f32(7.90531110763549805)
+    # selects written so that NaN passes through and +-inf clamp to +-c (tanh = +-1 there)
+    y = c if x > c else x
+    y = -c if y < -c else y
+    y2 = y * y
+    p = y2 * _f32(-2.76076847742355e-16) + _f32(2.00018790482477e-13)
+    p = p * y2 + _f32(-8.60467152213735e-11)
+    p = p * y2 + _f32(5.12229709037114e-08)
+    p = p * y2 + _f32(1.48572235717979e-05)
+    p = p * y2 + _f32(6.37261928875436e-04)
+    p = p * y2 + _f32(4.89352455891786e-03)
+    p = p * y
+    q = y2 * _f32(1.19825839466702e-06) + _f32(1.18534705686654e-04)
+    q = q * y2 + _f32(2.26843463243900e-03)
+    q = q * y2 + _f32(4.89352518554385e-03)
+    # near 0 the ratio is x (1 - 1.3e-7): one ulp, so no separate branch is needed
+    return p / q
+
+
+def _rt_tanh(x):
+    return math.tanh(x)
+
+
+@overload(_rt_tanh, inline="always")
+def _tanh_impl(x):
+    if x == types.float32:
+        return lambda x: _tanh_f32(x)
+    return lambda x: math.tanh(x)
+
+
+HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum")

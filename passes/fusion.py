@@ -1,0 +1,285 @@
+"""Elementwise fusion: graph -> graph whose connected elementwise nodes form `fused` groups.
+
+Input: a simplified graph (autodiff has run). Output: the same computation in which every
+group of connected same-shape elementwise nodes, with the broadcasts and scalar constants it
+reads, is one `fused` node per value that other nodes need (ir/fused.py); reductions of a
+group's values join it as extra outputs, so `sum(exp(z - m), axis=1)` is one pass.
+Invariant: no cycle: two groups merge only when no path leaves them and comes back.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..ir.fused import Instr
+from ..ir.graph import Graph
+from ..ir.ops import OPS
+
+
+def fuse_elementwise(g: Graph, reductions=True) -> Graph:
+    """Return a fused copy of g (g is unchanged).
+
+    reductions: let sum/max of a group's value join the group (a backend whose fused code
+    would materialise the prologue anyway, like NumPy's, turns this off).
+    """
+    f = _Fuser(g)
+    f.group_elementwise()
+    if reductions:
+        f.join_reductions()
+    return f.build()
+
+
+def _fusion(g, n):
+    return OPS[g[n]["op"]].fusion
+
+
+class _Fuser:
+    def __init__(self, g):
+        self.g = g
+        self.users = {n: g.users(n) for n in g.nodes()}
+        self.members = {n for n in g.nodes() if _fusion(g, n) == "map"}
+        self.parent = {n: n for n in self.members}
+        self.sets = {n: {n} for n in self.members}
+        self.reduces = {}             # group root -> reduction nodes joined to it
+        self.red_root = {}            # reduction node -> the root of the group it joined
+
+    # -- union-find ---------------------------------------------------------------------
+    def find(self, n):
+        while self.parent[n] != n:
+            self.parent[n] = self.parent[self.parent[n]]
+            n = self.parent[n]
+        return self.parent[n]
+
+    def union(self, a, b):
+        a, b = self.find(a), self.find(b)
+        if len(self.sets[a]) < len(self.sets[b]):
+            a, b = b, a
+        self.parent[b] = a
+        self.sets[a] |= self.sets.pop(b)
+        self.reduces.setdefault(a, []).extend(self.reduces.pop(b, []))
+        return a
+
+    def _unit(self, root):
+        return self.sets[root] | set(self.reduces.get(root, []))
+
+    def _expand(self, n):
+        """The nodes that stand for n once groups are contracted: its group's, or n alone."""
+        root = self.find(n) if n in self.parent else self.red_root.get(n)
+        return self._unit(root) if root is not None else (n,)
+
+    def _path_outside(self, src, dst, both):
+        """Is there a path from src to dst through a node in neither (`both` = their union)?
+        Other groups count as one node each: entering one anywhere leaves it anywhere."""
+        seen = set(both)
+        stack = []
+        for n in src:
+            for u in self.users[n]:
+                if u not in seen:
+                    for v in self._expand(u):
+                        seen.add(v)
+                        stack.append(v)
+        while stack:
+            n = stack.pop()
+            for u in self.users[n]:
+                if u in dst:
+                    return True
+                if u not in seen:
+                    for v in self._expand(u):
+                        if v in dst:
+                            return True
+                        seen.add(v)
+                        stack.append(v)
+        return False
+
+    def _would_cycle(self, a, b):
+        both = a | b
+        return self._path_outside(a, b, both) or self._path_outside(b, a, both)
+
+    # -- grouping -------------------------------------------------------------------------
+    def group_elementwise(self):
+        # consumers first, so a producer joins the group that reads it (the backward pass's
+        # `g * (1 - t * t)` takes `1 - t * t` instead of the forward group that made t)
+        g = self.g
+        for v in reversed(g.nodes()):
+            if v not in self.members:
+                continue
+            for u in g.args(v):
+                if u not in self.members or self.find(u) == self.find(v):
+                    continue
+                if g[u]["shape"] != g[v]["shape"]:
+                    continue
+                a, b = self._unit(self.find(u)), self._unit(self.find(v))
+                if not self._would_cycle(a, b):
+                    self.union(u, v)
+
+    def join_reductions(self):
+        g = self.g
+        for r in g.nodes():
+            if _fusion(g, r) != "reduce":
+                continue
+            (a,) = g.args(r)
+            if a not in self.members:
+                continue
+            root = self.find(a)
+            axes = tuple(g[r]["attrs"]["axis"])
+            if any(tuple(g[q]["attrs"]["axis"]) != axes for q in self.reduces.get(root, [])):
+                continue
+            unit = self._unit(root)
+            # r may not feed the group back, directly (a size-1 axis) or through other nodes
+            if any(u in unit for u in self.users[r]) or self._path_outside({r}, unit, unit | {r}):
+                continue
+            self.reduces.setdefault(root, []).append(r)
+            self.red_root[r] = root
+
+    # -- building the new graph -----------------------------------------------------------
+    def build(self):
+        g = self.g
+        groups = {}
+        for n in self.members:
+            groups.setdefault(self.find(n), []).append(n)
+        owner = {}
+        for root, ms in groups.items():
+            for n in ms + self.reduces.get(root, []):
+                owner[n] = root
+        plans = {root: _plan(g, sorted(ms), sorted(self.reduces.get(root, [])), owner, root)
+                 for root, ms in groups.items()}
+        live = self._live(owner, plans)
+        order = self._order(owner, plans, live)
+        return self._emit(order, owner, plans)
+
+    def _live(self, owner, plans):
+        """Nodes outside groups that are still needed (absorbed broadcasts and consts are not)."""
+        g = self.g
+        live = set(g.inputs) | {o for o in g.outputs if o not in owner}
+        for p in plans.values():
+            live |= {x for x in p["inputs"] if x not in owner}
+        for n in reversed(g.nodes()):
+            if n in owner or n not in live:
+                continue
+            for a in g.args(n):
+                if a not in owner:
+                    live.add(a)
+        return live
+
+    def _order(self, owner, plans, live):
+        """Units (groups and kept nodes) in a topological order close to the original one."""
+        g = self.g
+        deps, key = {}, {}
+        for root, p in plans.items():
+            deps[root] = {owner.get(a, a) for a in p["inputs"]}
+            key[root] = max(p["nodes"])
+        for n in live:
+            deps[n] = {owner.get(a, a) for a in g.args(n)}
+            key[n] = n
+        waiting = {u: len(d) for u, d in deps.items()}
+        rev = {}
+        for u, d in deps.items():
+            for x in d:
+                rev.setdefault(x, []).append(u)
+        ready = [(key[u], u) for u, c in waiting.items() if c == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, u = heapq.heappop(ready)
+            order.append(u)
+            for v in rev.get(u, []):
+                waiting[v] -= 1
+                if waiting[v] == 0:
+                    heapq.heappush(ready, (key[v], v))
+        assert len(order) == len(waiting), "fusion made a cycle"
+        return order
+
+    def _emit(self, order, owner, plans):
+        g = self.g
+        new = Graph()
+        new.meta = {k: v for k, v in g.meta.items() if k not in ("order", "schedule")}
+        m = {}
+        for u in order:
+            if u in plans:
+                _emit_group(g, new, plans[u], m)
+                continue
+            d = g[u]
+            m[u] = new.add(d["op"], [m[a] for a in d["args"]], d["shape"], d["dtype"],
+                           d["attrs"], d["name"], d["where"])
+            if d["op"] == "input":
+                new.inputs.append(m[u])
+        assert [m[i] for i in g.inputs] == new.inputs
+        new.outputs = [m[o] for o in g.outputs]
+        return new
+
+
+def _is_scalar_const(g, n):
+    return g[n]["op"] == "const" and np.ndim(g[n]["attrs"]["value"]) == 0
+
+
+def _plan(g, members, reduces, owner, root):
+    """The group's inputs, instructions and outputs, in terms of the old graph's nodes."""
+    inside = set(members)
+    inputs, instrs, ref = [], [], {}
+
+    def input_ref(x):
+        if x not in inputs:
+            inputs.append(x)
+        return ("in", inputs.index(x))
+
+    def value(u):
+        if u in ref:
+            return ref[u]
+        if u in inside:
+            raise AssertionError("members are visited in topological order")
+        d = g[u]
+        if _is_scalar_const(g, u):
+            instrs.append(Instr("const", (), dict(d["attrs"]), u, d["where"]))
+            ref[u] = ("t", len(instrs) - 1)
+        elif OPS[d["op"]].fusion == "broadcast" and u not in owner:
+            (x,) = d["args"]
+            src = value(x) if _is_scalar_const(g, x) else input_ref(x)
+            instrs.append(Instr(d["op"], (src,), dict(d["attrs"]), u, d["where"]))
+            ref[u] = ("t", len(instrs) - 1)
+        else:
+            return input_ref(u)
+        return ref[u]
+
+    for n in members:
+        d = g[n]
+        args = tuple(value(a) for a in d["args"])
+        instrs.append(Instr(d["op"], args, dict(d["attrs"]), n, d["where"]))
+        ref[n] = ("t", len(instrs) - 1)
+    outputs = []
+    group = inside | set(reduces)
+    for n in members:
+        if n in g.outputs or any(u not in group for u in g.users(n)):
+            outputs.append((n, ref[n], None))
+    for r in reduces:
+        a = g[r]["attrs"]
+        outputs.append((r, ref[g.args(r)[0]], (g[r]["op"], tuple(a["axis"]), a["keepdims"])))
+    outputs.sort(key=lambda o: o[0])
+    return {"inputs": inputs, "instrs": instrs, "outputs": outputs, "shape": g[members[0]]["shape"],
+            "nodes": members + reduces, "root": root}
+
+
+def _emit_group(g, new, plan, m):
+    n_in = len(plan["inputs"])
+
+    def resolve(r):
+        return r[1] if r[0] == "in" else n_in + r[1]
+    expr = tuple(i._replace(args=tuple(resolve(r) for r in i.args)) for i in plan["instrs"])
+    outputs = tuple((resolve(r), red) for _, r, red in plan["outputs"])
+    kernel = _kernel_name(g, plan, new._next)
+    args = [m[x] for x in plan["inputs"]]
+    for k, (n, _, _) in enumerate(plan["outputs"]):
+        d = g[n]
+        attrs = {"kernel": kernel, "shape": tuple(plan["shape"]), "expr": expr,
+                 "outputs": outputs, "output": k}
+        m[n] = new.add("fused", args, d["shape"], d["dtype"], attrs, d["name"], d["where"])
+
+
+def _kernel_name(g, plan, first_id):
+    ops = []
+    for n in plan["nodes"]:
+        op = g[n]["op"]
+        if op not in ops:
+            ops.append(op)
+    shown = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+    return f"fused_{shown}_v{first_id}"

@@ -1,0 +1,153 @@
+"""The numba backend agrees with the NumPy backend on every op-table row, unfused and fused.
+
+Every group is made a kernel here (min_kernel_size=0), so each op's scalar spelling runs in
+numba, alone (unfused: one kernel per node) and inside fused groups, in float64 and float32.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import adjit
+from optable import cases, make_inputs
+
+pytest.importorskip("numba")
+
+CASES = list(cases())
+IDS = [f"{n}-{k}" for n, k, _, _ in CASES]
+RTOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def close(got, ref, dtype):
+    got, ref = np.asarray(got), np.asarray(ref)
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (got.dtype, ref.dtype)
+    scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+    np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], atol=RTOL[dtype] * scale)
+
+
+def run_both(fn, xs, dtype, fuse):
+    c = np.random.default_rng(5).normal(size=np.shape(fn(*xs))).astype(dtype)
+
+    def scalar(*a):
+        return np.sum(fn(*a) * c)
+    nums = tuple(range(len(xs)))
+    ref = adjit.value_and_grad(scalar, argnums=nums, backend="numpy", fuse=False)(*xs)
+    got = adjit.value_and_grad(scalar, argnums=nums, backend="numba", fuse=fuse,
+                               min_kernel_size=0)(*xs)
+    close(got[0], ref[0], dtype)
+    for r, o in zip(ref[1], got[1]):
+        close(o, r, dtype)
+    out = adjit.compile(fn, backend="numba", fuse=fuse, min_kernel_size=0)(*xs)
+    close(out, adjit.compile(fn, backend="numpy", fuse=False)(*xs), dtype)
+
+
+@pytest.mark.parametrize("name,k,fn,spec", CASES, ids=IDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fused_agrees_with_numpy(name, k, fn, spec, dtype):
+    run_both(fn, make_inputs(spec, k, dtype), dtype, fuse=True)
+
+
+@pytest.mark.parametrize("name,k,fn,spec", CASES, ids=IDS)
+def test_unfused_agrees_with_numpy(name, k, fn, spec):
+    run_both(fn, make_inputs(spec, k, np.float64), np.float64, fuse=False)
+
+
+def test_kernels_are_shown_with_the_user_lines_they_come_from():
+    def gelu(x):
+        u = 0.7978845608 * (x + 0.044715 * x ** 3)
+        return 0.5 * x * (1.0 + np.tanh(u))
+    x = np.linspace(-3, 3, 10000).astype(np.float32)
+    prog = adjit.compile(gelu, backend="numba").lower(x)
+    (name, src), = prog.kernels.items()
+    assert name.startswith("fused_") and "tanh" in name
+    assert "u = 0.7978845608 * (x + 0.044715 * x ** 3)" in src
+    assert f"_rt_kernels.{name}(" in prog.source
+    # the program shows which user lines each kernel call fuses
+    assert "fuses:" in prog.source and "u = 0.7978845608" in prog.source
+    ref = 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(prog(x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_parallel_kernels_broadcast_and_reduce_like_numpy():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 700)).astype(np.float32)
+    b = rng.normal(size=700).astype(np.float32)
+
+    def fn(z, b):
+        h = np.tanh(z + b)
+        return h, np.sum(np.exp(h), axis=0), np.max(h * 2.0, axis=1), np.sum(h * z)
+    got = adjit.compile(fn, backend="numba", parallel_size=1)(z, b)
+    ref = adjit.compile(fn, backend="numpy")(z, b)
+    for o, r in zip(got, ref):
+        close(o, r, np.float32)
+
+
+def test_special_values_follow_numpy():
+    x = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-300, 50.0])
+
+    def fn(x):
+        return (x / x, np.log(x), np.sqrt(x), np.maximum(x, 0.5), np.minimum(x, 0.5),
+                np.sign(x), np.tanh(x), np.tanh(x.astype(np.float32)), np.exp(x * 1e3))
+    with np.errstate(all="ignore"):
+        ref = adjit.compile(fn, backend="numpy")(x)
+        got = adjit.compile(fn, backend="numba", min_kernel_size=0)(x)
+    for o, r in zip(got, ref):
+        np.testing.assert_allclose(o, r, rtol=1e-6, equal_nan=True)
+
+
+def test_a_new_process_loads_kernels_from_the_cache(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np, adjit
+        f = adjit.compile(lambda x: np.tanh(x) * x + 1.0, backend="numba", min_kernel_size=0)
+        x = np.ones(10)
+        f(x)
+        ks = vars(f.lower(x).fn.__globals__["_rt_kernels"]).values()
+        print(sum(sum(k.stats.cache_hits.values()) for k in ks),
+              sum(sum(k.stats.cache_misses.values()) for k in ks))
+    """)
+    env = dict(os.environ, ADJIT_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                           capture_output=True, text=True).stdout.split() for _ in range(2)]
+    assert list(tmp_path.glob("adjit_kernel_*.py"))
+    assert runs[0] == ["0", "1"] and runs[1] == ["1", "0"], runs
+
+
+def test_every_helper_a_scalar_spelling_names_exists_for_numba():
+    import re
+
+    from adjit.backends import numba_helpers
+    from adjit.ir.ops import OPS, SCALAR_HELPERS
+    named = {h for op in OPS.values() for h in re.findall(r"\b(_rt_\w+)\(", op.scalar or "")}
+    assert named <= set(SCALAR_HELPERS)
+    missing = [h for h in named if not hasattr(numba_helpers, h)]
+    assert not missing, f"define {missing} in backends/numba_helpers.py"
+
+
+def test_donated_arguments_take_the_results_when_the_arrays_allow_it():
+    def adam_like(p, g, m):
+        m = 0.9 * m + 0.1 * g
+        return p - 0.01 * m / (np.sqrt(np.abs(m)) + 1e-8), m
+    rng = np.random.default_rng(0)
+    p, g, m = (rng.normal(size=(64, 100)) for _ in range(3))
+    ref = adam_like(p, g, m)
+    f = adjit.compile(adam_like, backend="numba", min_kernel_size=0, donate_argnums=(0, 2))
+    pc, mc = p.copy(), m.copy()
+    out = f(pc, g, mc)
+    assert out[0] is pc and out[1] is mc
+    for o, r in zip(out, ref):
+        np.testing.assert_allclose(o, r, rtol=1e-14)
+    # the same array twice, or a strided view, cannot be overwritten safely: fresh results
+    same = m.copy()
+    out = f(same, g, same)
+    assert out[0] is not same and out[1] is not same
+    np.testing.assert_allclose(out[1], 0.9 * m + 0.1 * g, rtol=1e-14)
+    view = np.asfortranarray(p)
+    out = f(view, g, m.copy())
+    assert out[0] is not view
+    np.testing.assert_allclose(out[0], ref[0], rtol=1e-14)
+    # NumPy ignores donation
+    np.testing.assert_allclose(adjit.compile(adam_like, backend="numpy", donate_argnums=0)(
+        p, g, m)[0], ref[0], rtol=1e-14)
