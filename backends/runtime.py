@@ -5,7 +5,9 @@ structure; `.source`, `.ir`, `.graph`, `.kernels` and `.memory` show what was co
 """
 from __future__ import annotations
 
+import contextlib
 import gc
+import sys
 import tracemalloc
 from dataclasses import dataclass, field
 
@@ -23,15 +25,18 @@ class MemoryReport:
     checkpoints: dict = field(default_factory=dict)    # node -> why it is kept
     recomputed_flops: int = 0
     forward_flops: int = 0
+    # the peak less the results (gradients) already computed at that step: the working memory
+    peak_working_bytes: int = 0
 
     @property
     def recompute_ratio(self) -> float:
         return self.recomputed_flops / self.forward_flops if self.forward_flops else 0.0
 
     def __str__(self):
-        s = f"peak {self.peak_bytes / 2**20:.2f} MiB over {len(self.live_bytes)} steps"
+        s = (f"peak {self.peak_bytes / 2**20:.2f} MiB ({self.peak_working_bytes / 2**20:.2f} "
+             f"MiB besides results) over {len(self.live_bytes)} steps")
         if self.checkpoints:
-            s += (f"; {len(self.checkpoints)} checkpoints, recomputes "
+            s += (f"; {len(self.checkpoints)} values kept for the backward, recomputes "
                   f"{100 * self.recompute_ratio:.0f}% of the forward FLOPs")
         return s
 
@@ -76,31 +81,34 @@ class Program:
                f"{len(self.graph)} nodes, {self.memory}>"
 
 
-def measure_peak_memory(fn, *args) -> int:
+def measure_peak_memory(fn, *args, exclude_results=False) -> int:
     """Bytes allocated at peak during one call of fn(*args), above what was live before.
 
-    Host arrays are measured with tracemalloc (NumPy reports its buffers to it); a compiled
-    function is called once first so that compilation is not measured.
+    Host arrays are measured with tracemalloc (NumPy reports its buffers to it), CuPy arrays
+    with the memory pool; a compiled function is called once first so that compilation is not
+    measured. With exclude_results=True (compiled functions only) the results already computed
+    at each line of the generated code (a training step's gradients) are subtracted, which
+    measures what `MemoryReport.peak_working_bytes` estimates; that call is traced line by
+    line, so do not time it.
     """
     from .. import frontend  # noqa: F401 - keeps import order simple for callers
-    if hasattr(fn, "lower"):
+    names = None
+    if exclude_results:
+        if not hasattr(fn, "lower"):
+            raise TypeError("measure_peak_memory(exclude_results=True) needs a function "
+                            "compiled by adjit (its results are named in the generated code)")
+        names = _result_names(fn, args)
+    elif hasattr(fn, "lower"):
         fn(*args)
-    if _uses_cupy(args):
-        return _measure_cupy(fn, *args)
-    gc.collect()
-    was = tracemalloc.is_tracing()
-    if not was:
-        tracemalloc.start()
-    try:
-        base, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        out = fn(*args)
-        _, peak = tracemalloc.get_traced_memory()
-        del out
-    finally:
-        if not was:
-            tracemalloc.stop()
-    return int(peak - base)
+    probe = _CupyProbe() if _uses_cupy(args) else _HostProbe()
+    with probe:
+        if names is None:
+            out = fn(*args)
+            peak = probe.peak()
+        else:
+            out, peak = _traced_call(fn, args, probe, names)
+    del out
+    return int(peak)
 
 
 def _uses_cupy(args):
@@ -108,27 +116,111 @@ def _uses_cupy(args):
     return any(type(x).__module__.startswith("cupy") for x in leaves)
 
 
-def _measure_cupy(fn, *args):
-    import cupy
-    pool = cupy.get_default_memory_pool()
-    cupy.cuda.Device().synchronize()
-    pool.free_all_blocks()
-    base = pool.used_bytes()
-    peak = [base]
-    # CuPy's pool has no peak counter: sample used_bytes from an allocator hook
-    from cupy.cuda import memory_hooks
+class _HostProbe:
+    """Peak host bytes from tracemalloc, relative to when the probe was entered."""
 
-    class _Peak(memory_hooks.MemoryHook):
-        name = "adjit_peak"
+    def __enter__(self):
+        gc.collect()
+        self._was = tracemalloc.is_tracing()
+        if not self._was:
+            tracemalloc.start()
+        self.base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        return self
 
-        def malloc_postprocess(self, **kw):
-            peak[0] = max(peak[0], pool.used_bytes())
+    def peak(self):
+        return tracemalloc.get_traced_memory()[1] - self.base
 
-    with _Peak():
-        out = fn(*args)
+    def reset(self):
+        tracemalloc.reset_peak()
+
+    def __exit__(self, *exc):
+        if not self._was:
+            tracemalloc.stop()
+
+
+class _CupyProbe:
+    """Peak bytes of CuPy's memory pool (sampled at each allocation: the pool has no peak)."""
+
+    def __enter__(self):
+        import cupy
+        from cupy.cuda import memory_hooks
+        self.cupy, self.pool = cupy, cupy.get_default_memory_pool()
         cupy.cuda.Device().synchronize()
-    del out
-    return int(peak[0] - base)
+        self.pool.free_all_blocks()
+        self.base = self.top = self.pool.used_bytes()
+        probe = self
+
+        # the base class is cupy.cuda.MemoryHook; memory_hooks holds the ready-made hooks
+        hook_base = getattr(cupy.cuda, "MemoryHook", None) or memory_hooks.MemoryHook
+
+        class _Peak(hook_base):
+            name = "adjit_peak"
+
+            def malloc_postprocess(self, **kw):
+                probe.top = max(probe.top, probe.pool.used_bytes())
+
+        self.hook = _Peak()
+        self.hook.__enter__()
+        return self
+
+    def peak(self):
+        return self.top - self.base
+
+    def reset(self):
+        self.top = self.pool.used_bytes()
+
+    def __exit__(self, *exc):
+        self.cupy.cuda.Device().synchronize()
+        self.hook.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def _tracing_generated(on_event):
+    """sys.settrace for the frames of generated code only (codegen.load_module names their
+    files `<adjit:...>`), restored afterwards."""
+    def on_call(frame, event, arg):
+        return on_event if frame.f_code.co_filename.startswith("<adjit:") else None
+    old = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(old)
+
+
+def _result_names(fn, args):
+    """Call fn once; -> names of the generated code's locals that it returns (not inputs)."""
+    names = []
+
+    def on_event(frame, event, arg):
+        if event == "return" and isinstance(arg, tuple):
+            ids = {id(x) for x in arg}
+            params = frame.f_code.co_varnames[:frame.f_code.co_argcount]
+            names[:] = [k for k, v in frame.f_locals.items() if id(v) in ids and k not in params]
+        return on_event
+    with _tracing_generated(on_event):
+        fn(*args)
+    return names
+
+
+def _traced_call(fn, args, probe, names):
+    """Run fn, and at each line of generated code take the peak since the previous line less
+    the bytes of the results bound by then; -> (result, largest such difference)."""
+    worst = 0
+
+    def on_event(frame, event, arg):
+        nonlocal worst
+        if event in ("line", "return"):
+            top = probe.peak()
+            local = frame.f_locals
+            done = sum(getattr(local[k], "nbytes", 0) for k in names if k in local)
+            worst = max(worst, top - done)
+            probe.reset()
+        return on_event
+    with _tracing_generated(on_event):
+        out = fn(*args)
+    return out, worst
 
 
 def as_numpy(x):

@@ -35,7 +35,8 @@ def _leaf_key(x):
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
     dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-    return (tuple(np.shape(x)), np.dtype(dtype).str)
+    shape = x.shape if hasattr(x, "__cuda_array_interface__") else np.shape(x)  # CuPy arrays
+    return (tuple(shape), np.dtype(dtype).str)
 
 
 def _static_key(v):
@@ -229,7 +230,9 @@ def _grad_traced(fn, argnums, has_aux, with_value, static):
         wrt = [p for a in nums for p in pos[a]]
         check_differentiable(g, wrt, _fn_name(fn))
         j = derive_adjoint(g, wrt, outputs=[0])
-        outs, _ = replay(j, _outer_leaves(args, static, g))
+        leaves = _outer_leaves(args, static, g)
+        _note_parameters([leaves[p] for p in wrt])
+        outs, _ = replay(j, leaves)
         n = len(g.outputs)
         grads, k = [], n
         for a in nums:
@@ -242,6 +245,16 @@ def _grad_traced(fn, argnums, has_aux, with_value, static):
         value = pytree.unflatten(g.meta["out_tree"], outs[:n])
         return value, grads
     return traced
+
+
+def _note_parameters(tracers):
+    """Record which inputs of the enclosing trace are differentiated (parameters), by
+    position: gradient checkpointing treats the other inputs as data (passes/checkpoint.py)."""
+    graph = current().graph
+    pos = {n: k for k, n in enumerate(graph.inputs)}
+    marked = set(graph.meta.get("parameters", ()))
+    marked.update(pos[t.id] for t in tracers if t.id in pos)
+    graph.meta["parameters"] = tuple(sorted(marked))
 
 
 # -- public transformations -------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""`adjit memory`: what gradient checkpointing saves, and costs, as a tanh MLP gets deeper.
+
+Input: depths, width, batch, backend. Output: per depth, one row per schedule (no
+checkpointing, "sqrt", a memory budget) with the static estimate and the measurement of the
+whole-step peak and of the peak besides the gradients, the step time and the recomputed share
+of the forward FLOPs; then the fitted growth exponent, and optionally a plot.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+
+import adjit
+
+MiB = 2 ** 20
+
+
+def add_arguments(p: argparse.ArgumentParser):
+    p.add_argument("--depth", default="16,32,64,128,256", metavar="D1,D2,...",
+                   help="numbers of tanh layers to measure")
+    p.add_argument("--width", type=int, default=1024, help="layer width")
+    p.add_argument("--batch", type=int, default=256, help="batch size")
+    p.add_argument("--backend", default="numpy", choices=["numpy", "numba", "cupy", "auto"],
+                   help="code generator (numpy: tracemalloc sees every array it makes)")
+    p.add_argument("--budget", default="half", metavar="MIB|half",
+                   help="memory budget in MiB, or `half`: halfway between the whole-step "
+                        "peaks of \"sqrt\" and of no checkpointing")
+    p.add_argument("--repeat", type=int, default=3, help="timed steps per schedule (best of)")
+    p.add_argument("--plot", metavar="FILE.png", help="plot memory and time against depth")
+
+
+def tanh_mlp_loss(params, x):
+    """The mean square of the last activation of a deep tanh MLP (weights stored (out, in))."""
+    h = x
+    for i in range(len(params) // 2):
+        h = np.tanh(h @ params[f"W{i}"].T + params[f"b{i}"])
+    return np.mean(h * h)
+
+
+def make_inputs(depth, width, batch, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    params = {}
+    for i in range(depth):
+        params[f"W{i}"] = (rng.normal(size=(width, width)) / math.sqrt(width)).astype(dtype)
+        params[f"b{i}"] = np.zeros(width, dtype)
+    return params, rng.normal(size=(batch, width)).astype(dtype)
+
+
+def _device(backend):
+    """(to_device, synchronize) for the backend's arrays."""
+    if backend == "cupy":
+        import cupy
+        return cupy.asarray, cupy.cuda.Device().synchronize
+    return (lambda a: a), (lambda: None)
+
+
+def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3):
+    """-> list of row dicts (store-all, sqrt, budget) for one depth."""
+    to_dev, sync = _device(backend)
+    params, x = make_inputs(depth, width, batch)
+    params = {k: to_dev(v) for k, v in params.items()}
+    x = to_dev(x)
+    cases = [("store-all", {}), ("sqrt", {"checkpoint": "sqrt"})]
+    progs = {}
+    for name, opts in cases:
+        f = adjit.grad(tanh_mlp_loss, backend=backend, **opts)
+        progs[name] = (f, f.lower(params, x))
+    if budget == "half":    # rounded up to a whole MiB, as a person would give it
+        half = (progs["store-all"][1].memory.peak_bytes + progs["sqrt"][1].memory.peak_bytes) / 2
+        limit = math.ceil(half / MiB) * MiB
+    else:
+        limit = int(float(budget) * MiB)
+    f = adjit.grad(tanh_mlp_loss, backend=backend, memory_budget=limit)
+    progs[f"budget {limit / MiB:.0f} MiB"] = (f, f.lower(params, x))
+    grads = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in params.values())
+    rows = []
+    for name, (f, prog) in progs.items():
+        m = prog.memory
+        rows.append({"depth": depth, "schedule": name, "budget": limit if "budget" in name
+                     else None, "est_peak": m.peak_bytes, "est_work": m.peak_working_bytes,
+                     "peak": adjit.measure_peak_memory(f, params, x),
+                     "work": adjit.measure_peak_memory(f, params, x, exclude_results=True),
+                     "gradients": grads, "recompute": m.recompute_ratio,
+                     "segments": prog.graph.meta.get("checkpoint_plan", {}).get("segments", 1),
+                     "times": []})
+    for _ in range(repeat):                # interleaved, so drift hits every schedule alike
+        for row, (f, _) in zip(rows, progs.values()):
+            sync()
+            t = time.perf_counter()
+            f(params, x)
+            sync()
+            row["times"].append(time.perf_counter() - t)
+    base = rows[0]
+    for row in rows:
+        row["time"] = min(row["times"])
+        row["time_ratio"] = row["time"] / min(base["times"])
+        row["work_share"] = row["work"] / base["work"]
+        row["peak_share"] = row["peak"] / base["peak"]
+    return rows
+
+
+def growth_exponent(depths, values) -> float:
+    """The exponent a of values ~ depth**a, by least squares on logarithms."""
+    return float(np.polyfit(np.log(depths), np.log(values), 1)[0])
+
+
+def format_rows(rows) -> list:
+    head = (f"{'depth':>5}  {'schedule':<15} {'segs':>4}  {'peak MiB':>15}  "
+            f"{'besides grads MiB':>17}  {'share':>5}  {'step ms':>8}  {'time':>5}  "
+            f"{'recomp.':>7}")
+    sub = f"{'':>5}  {'':<15} {'':>4}  {'est':>7} {'meas':>7}  {'est':>8} {'meas':>8}"
+    out = [head, sub]
+    for r in rows:
+        out.append(f"{r['depth']:>5}  {r['schedule']:<15} {r['segments']:>4}  "
+                   f"{r['est_peak'] / MiB:>7.1f} {r['peak'] / MiB:>7.1f}  "
+                   f"{r['est_work'] / MiB:>8.1f} {r['work'] / MiB:>8.1f}  "
+                   f"{100 * r['work_share']:>4.0f}%  {1000 * r['time']:>8.1f}  "
+                   f"{r['time_ratio']:>4.2f}x  {100 * r['recompute']:>6.0f}%")
+    return out
+
+
+def plot(rows, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, name in enumerate(dict.fromkeys(r["schedule"].split(" ")[0] for r in rows)):
+        sel = [r for r in rows if r["schedule"].startswith(name)]
+        d = [r["depth"] for r in sel]
+        color = f"C{i}"
+        ax1.loglog(d, [r["work"] / MiB for r in sel], "o-", color=color,
+                   label=f"{name} (measured)")
+        ax1.loglog(d, [r["est_work"] / MiB for r in sel], "x--", color=color, alpha=0.6,
+                   label=f"{name} (estimated)")
+        ax2.plot(d, [r["time_ratio"] for r in sel], "o-", color=color, label=name)
+    depths = sorted({r["depth"] for r in rows})
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xticks(depths, [str(d) for d in depths])
+        ax.minorticks_off()
+    ax1.set_xlabel("depth L (layers)")
+    ax1.set_ylabel("peak memory besides gradients (MiB)")
+    ax1.legend(fontsize=8)
+    ax1.grid(True, which="both", alpha=0.3)
+    ax2.set_xlabel("depth L (layers)")
+    ax2.set_ylabel("step time / store-all's")
+    ax2.legend(fontsize=8)
+    ax2.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _depths(text):
+    try:
+        ds = [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"adjit memory: --depth takes numbers like 16,32,64, got {text!r}")
+    if not ds or min(ds) < 2:
+        raise SystemExit(f"adjit memory: depths must be at least 2, got {text!r}")
+    return ds
+
+
+def main(args):
+    depths = _depths(args.depth)
+    title = (f"tanh MLP, width {args.width}, batch {args.batch}, float32, "
+             f"{args.backend} backend")
+    print(f"adjit memory: {title}; time is the best of {args.repeat} interleaved steps")
+    print("peak = whole step (gradients included); besides grads = the peak of what is "
+          "allocated besides the gradients computed so far; share = of store-all's")
+    rows = []
+    for d in depths:
+        part = measure_depth(d, args.width, args.batch, args.backend, args.budget,
+                             args.repeat)
+        lines = format_rows(part)
+        print("\n".join(lines if not rows else lines[2:]), flush=True)
+        rows += part
+    if len(depths) >= 2:
+        for name in ("store-all", "sqrt"):
+            sel = [r for r in rows if r["schedule"] == name]
+            a = growth_exponent([r["depth"] for r in sel], [r["work"] for r in sel])
+            print(f"{name}: memory besides gradients grows like L^{a:.2f} "
+                  f"(fit over L = {depths[0]}..{depths[-1]})")
+    if args.plot:
+        try:
+            plot(rows, args.plot, title)
+        except ImportError:
+            print("adjit memory: --plot needs matplotlib (pip install 'adjit[plot]'); the "
+                  "table above is complete", file=sys.stderr)
+            return 1
+        print(f"saved the plot to {args.plot}")
+    return 0

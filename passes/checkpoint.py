@@ -1,0 +1,528 @@
+"""Gradient checkpointing: joint forward+adjoint graph -> graph that recomputes segments.
+
+Chen et al. 2016 ("Training deep nets with sublinear memory cost") on a general graph. A
+candidate checkpoint is a forward value c through which every path from the data to the
+loss passes: the values computed before c (everything that does not depend on c) reach the
+rest of the forward pass only through c, inputs (always alive), values that depend on
+parameters alone (meta["parameters"], the differentiated inputs that adjit.grad records;
+without it every input counts as data), and at most a few small passengers (a scalar loss
+term of another branch, one-hot labels). Chosen candidates cut the forward pass into
+segments. In the backward half, a segment's values are recomputed from its checkpoint just
+before the first adjoint that needs them, with the same ops (so results are bit-identical),
+and only checkpoints stay alive between the forward and the backward. checkpoint="sqrt"
+picks about sqrt(L) segments of similar bytes; an int picks that many; memory_budget picks
+by dynamic programming the checkpoints with the fewest recomputed FLOPs whose static peak
+fits (Chen et al. section 4).
+
+Output invariant: node ids are the execution order (forward, then the backward with the
+recomputations interleaved); meta["checkpoints"] says why each value kept for the backward
+is kept; meta["recomputed_flops"] counts the FLOPs of the recomputed copies.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.errors import BudgetError
+from ..ir.graph import Graph, Where
+from .schedule import analyze, buffers, flops, kind
+
+BACKWARD_ROLES = ("vjp of", "seed of")
+PASSENGER_SHARE = 8         # passengers may add at most 1/8 of the checkpoint's own bytes
+MAX_PASSENGERS = 16
+
+
+def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None) -> Graph:
+    """Return a copy of g whose backward half recomputes forward segments.
+
+    segments: "sqrt" (about sqrt(L) segments), an int (that many segments) or None;
+    budget: bytes the static peak must stay under (then segments is ignored); scratch: the
+    backend's temporaries per node, for the exact peak (passes/schedule.py). Raises
+    BudgetError when no choice of checkpoints fits the budget.
+    """
+    a = _analyze(g, scratch)
+    if budget is not None:
+        chosen = _fit_budget(a, int(budget))
+    elif segments is None:
+        chosen = None
+    else:
+        chosen = _even_segments(a, segments)
+    if not chosen:
+        out = g.copy()
+        out.meta["checkpoint_plan"] = _plan_note(a, [], segments, budget)
+        return out
+    out = _rewrite(a, chosen)
+    out.meta["checkpoint_plan"] = _plan_note(a, chosen, segments, budget)
+    return out
+
+
+# -- analysis ---------------------------------------------------------------------------------
+@dataclass
+class _Analysis:
+    g: Graph
+    backward: set                 # adjoint nodes and everything computed from them
+    free: set                     # inputs, constants and views of them: never allocate
+    floating: set                 # forward values of parameters alone: kept like parameters
+    data: list                    # the other forward nodes, in id (topological) order
+    saved: set                    # data nodes the backward reads (not results)
+    storage: dict                 # node -> bytes of the buffer it holds alive
+    base: dict                    # node -> node whose buffer it uses
+    chain: list = field(default_factory=list)       # candidate checkpoints, nested
+    cross: dict = field(default_factory=dict)       # candidate -> bytes of what crosses it
+    stage: dict = field(default_factory=dict)       # data node -> index of its stage
+    scratch: object = None                          # the backend's temporaries per node
+
+    @property
+    def m(self):
+        return len(self.chain)
+
+
+def _analyze(g: Graph, scratch=None) -> _Analysis:
+    nodes = g.nodes()
+    back = set()
+    for n in nodes:
+        w = g[n]["where"]
+        if (w is not None and w.role.startswith(BACKWARD_ROLES)) \
+                or any(x in back for x in g.args(n)):
+            back.add(n)
+    base, alloc = buffers(g, nodes)
+    free = {n for n in nodes if alloc[n] == 0 and (kind(g[base[n]]["op"]) == "source")}
+    params = g.meta.get("parameters")
+    inputs = set(g.inputs)
+    data_dep = {}
+    for k, n in enumerate(g.inputs):
+        data_dep[n] = params is None or k not in params
+    for n in nodes:
+        if n not in data_dep:
+            data_dep[n] = any(data_dep[x] for x in g.args(n))
+    fwd = [n for n in nodes if n not in back and n not in free and n not in inputs]
+    data = [n for n in fwd if data_dep[n]]
+    floating = {n for n in fwd if not data_dep[n]}
+    outputs = set(g.outputs)
+    saved = {n for n in data if n not in outputs and any(u in back for u in g.users(n))}
+    storage = {n: alloc[base[n]] for n in nodes}
+    a = _Analysis(g, back, free, floating, data, saved, storage, base, scratch=scratch)
+    _find_candidates(a)
+    return a
+
+
+def _find_candidates(a: _Analysis):
+    """Candidates by bit sets over the data nodes; then collapse equivalent neighbours."""
+    g, data = a.g, a.data
+    idx = {n: i for i, n in enumerate(data)}
+    users = {n: [u for u in g.users(n) if u in idx] for n in data}
+    desc, parents = {}, {}
+    for n in reversed(data):
+        d = 1 << idx[n]
+        p = 0
+        for x in g.args(n):
+            if x in idx:
+                p |= 1 << idx[x]
+        for u in users[n]:
+            d |= desc[u]
+            p |= parents[u]
+        desc[n], parents[n] = d, p
+    saved = sum(1 << idx[n] for n in a.saved)
+    cands, cross = [], {}
+    for c in data:
+        if not users[c] or kind(g[c]["op"]) == "view" or a.storage[c] == 0:
+            continue
+        after, par = 0, 0
+        for u in users[c]:
+            after |= desc[u]
+            par |= parents[u]
+        if not after & saved:
+            continue         # nothing after c for the backward (an auxiliary output's branch)
+        x = par & ~after     # values computed without c and read after it
+        x &= ~(1 << idx[c])
+        if x.bit_count() > MAX_PASSENGERS:
+            continue
+        extra = 0
+        while x:
+            low = x & -x
+            extra += a.storage[data[low.bit_length() - 1]]
+            x ^= low
+        if extra * PASSENGER_SHARE > a.storage[c]:
+            continue
+        if cands and not (desc[cands[-1]] >> idx[c]) & 1:
+            continue         # not below the previous candidate: keep the segments nested
+        cands.append(c)
+        cross[c] = a.storage[c] + extra
+    a.chain, a.cross = cands, cross
+    _assign_stages(a)
+    keep = _collapse(a)
+    if len(keep) < len(a.chain):
+        a.chain = keep
+        _assign_stages(a)
+
+
+def _assign_stages(a: _Analysis):
+    """Stage t holds the data nodes after candidate t-1, up to and including candidate t."""
+    pos = {c: t for t, c in enumerate(a.chain)}
+    stage = {}
+    for n in a.data:
+        s = 0
+        for x in a.g.args(n):
+            if x in stage:
+                s = max(s, stage[x], pos[x] + 1 if x in pos else 0)
+        stage[n] = s
+    a.stage = stage
+
+
+def _collapse(a: _Analysis) -> list:
+    """Neighbouring candidates with no saved value between them cost the same memory: keep
+    the best of each run (a value the backward reads anyway, then the smallest, the latest)."""
+    holds = [False] * (a.m + 1)
+    for n in a.saved:
+        holds[a.stage[n]] = True
+    keep, run = [], []
+    for t, c in enumerate(a.chain):
+        if run and holds[t]:
+            keep.append(min(run, key=_rank(a)))
+            run = []
+        run.append((t, c))
+    if run:
+        keep.append(min(run, key=_rank(a)))
+    return [c for _, c in keep]
+
+
+def _rank(a):
+    return lambda tc: (a.cross[tc[1]] - (a.storage[tc[1]] if tc[1] in a.saved else 0), -tc[0])
+
+
+# -- per-stage costs --------------------------------------------------------------------------
+@dataclass
+class _Costs:
+    saved: np.ndarray        # bytes of saved values per stage (m + 1 stages)
+    top: np.ndarray          # of those, the candidate's own bytes (kept when it is chosen)
+    cross: np.ndarray        # bytes a chosen candidate keeps (itself and its passengers)
+    inner: np.ndarray        # FLOPs to recompute a stage inside a segment
+    head: np.ndarray         # FLOPs to recompute the top stage of a segment (its top kept)
+    results: np.ndarray      # bytes of results computed before a stage's backward begins
+
+
+def _costs(a: _Analysis) -> _Costs:
+    g, m = a.g, a.m
+    by_stage = [[] for _ in range(m + 1)]
+    for n in a.data:
+        by_stage[a.stage[n]].append(n)
+    saved, top = np.zeros(m + 1), np.zeros(m + 1)
+    inner, head = np.zeros(m + 1), np.zeros(m + 1)
+    first_use = np.full(m + 1, np.inf)
+    for t, ns in enumerate(by_stage):
+        c = a.chain[t] if t < m else None
+        bases = {}
+        for n in ns:
+            if n in a.saved:
+                bases[a.base[n]] = a.storage[n]
+                first_use[t] = min(first_use[t], min(u for u in g.users(n) if u in a.backward))
+        saved[t] = sum(bases.values())
+        top[t] = a.storage[c] if c in a.saved else 0
+        leaving = {n for n in ns if any(a.stage.get(u, t) > t for u in g.users(n))}
+        mine = set(ns)
+        inner[t] = _closure_flops(g, (a.saved & mine) | leaving, mine)
+        head[t] = _closure_flops(g, (a.saved & mine) - leaving, mine - leaving)
+    cross = np.array([a.cross[c] for c in a.chain] + [0.0])
+    outs = sorted((o, g.nbytes(o)) for o in set(g.outputs) if o in a.backward)
+    ids = [o for o, _ in outs]
+    cum = np.concatenate([[0], np.cumsum([b for _, b in outs])])
+    begin = np.minimum.accumulate(first_use)
+    # a stage's first reader is often a result itself (the weight's cotangent): count it
+    results = np.array([cum[bisect.bisect_right(ids, b)] if np.isfinite(b) else 0
+                        for b in begin])
+    return _Costs(saved, top, cross, inner, head, results)
+
+
+def _closure_flops(g, roots, within) -> float:
+    seen, todo = set(), [r for r in roots if r in within]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(x for x in g.args(n) if x in within)
+    return float(sum(flops(g, n) for n in seen))
+
+
+# -- choosing checkpoints ---------------------------------------------------------------------
+def _even_segments(a: _Analysis, segments) -> list:
+    """k segments holding similar bytes of saved values; "sqrt": k = sqrt(saved / checkpoint)."""
+    if a.m == 0:
+        return []
+    c = _costs(a)
+    total = float(c.saved.sum())
+    if segments == "sqrt":
+        k = round(math.sqrt(total / max(float(np.median(c.cross[:-1])), 1.0)))
+    elif isinstance(segments, (int, np.integer)) and not isinstance(segments, bool):
+        k = int(segments)
+    else:
+        raise ValueError(f"checkpoint must be None, 'sqrt' or a number of segments, "
+                         f"got {segments!r}")
+    k = max(1, min(k, a.m + 1))
+    if k == a.m + 1:
+        return list(range(a.m))
+    cum = np.cumsum(c.saved)[:-1]          # saved bytes up to and including candidate t
+    chosen, last = [], -1
+    for j in range(1, k):
+        target = j * total / k
+        t = int(np.argmin(np.abs(cum - target) + np.where(np.arange(a.m) > last, 0, np.inf)))
+        if t > last:
+            chosen.append(t)
+            last = t
+    return chosen
+
+
+def _fit_budget(a: _Analysis, budget: int) -> list:
+    """Fewest recomputed FLOPs whose static peak fits, by dynamic programming over the
+    candidates. The model's constant (the backward's temporaries) is calibrated on the
+    uncheckpointed schedule, and each choice is checked on the exact schedule. The first try
+    leaves 0.1% of the budget for the interpreter's own objects, which measure_peak_memory
+    counts too (about 50 bytes a step)."""
+    whole = _exact(a, [])
+    costs = _costs(a) if a.m else None
+    for target in (budget - budget // 1000, budget):
+        if whole <= target:
+            return []
+        chosen = _search(a, costs, target, whole) if a.m else None
+        if chosen is not None:
+            return chosen
+    if a.m == 0:
+        raise BudgetError(_no_fit(a, budget, whole, "no value cuts the forward pass into "
+                                                    "segments (every path from the data to "
+                                                    "the loss avoids each candidate)"))
+    low = _lowest_peak(a, costs, whole)
+    raise BudgetError(_no_fit(a, budget, low, "even the cheapest segments in memory exceed it"))
+
+
+def _search(a, c, target, whole):
+    temps = whole - _model_peak(c, [])
+    margin, step = 0.0, float(c.cross[:-1].min()) / 2
+    for _ in range(8):
+        chosen = _dp(c, target - temps - margin)
+        if chosen is None:
+            return None
+        peak = _exact(a, chosen)
+        if peak <= target:
+            return chosen
+        margin += peak - target + step
+    return None
+
+
+def _exact(a: _Analysis, chosen) -> int:
+    """The static peak of a choice, from the schedule pass itself."""
+    return analyze(_rewrite(a, chosen) if chosen else a.g, scratch=a.scratch).peak_bytes
+
+
+def _model_peak(c: _Costs, chosen) -> float:
+    """The peak the dynamic programme's model gives to one choice of boundaries."""
+    m = len(c.cross) - 1
+    ps = np.concatenate([[0], np.cumsum(c.saved)])
+    kept, peak = 0.0, 0.0
+    for i, j in zip([-1] + list(chosen), list(chosen) + [m]):
+        top = c.top[j] if j < m else 0.0
+        keep = c.cross[j] if j < m else 0.0
+        peak = max(peak, c.results[j] + kept + keep + ps[j + 1] - ps[i + 1] - top)
+        kept += keep
+    return peak
+
+
+def _lowest_peak(a, c, whole) -> int:
+    """The lowest exact peak among the model's leanest choice and the even splits."""
+    lo, hi = 0.0, float(whole)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _dp(c, mid) is not None else (mid, hi)
+    plans = [_dp(c, hi) or []] + [_even_segments(a, k) for k in (2, "sqrt")]
+    return min(_exact(a, p) for p in plans)
+
+
+def _dp(c: _Costs, budget: float):
+    """Boundaries (candidate indices) minimising recomputed FLOPs under the peak model:
+    while segment (i, j] runs its backward, alive are the results so far, the checkpoints at
+    and below i, the one at j, and the segment's recomputed values."""
+    m = len(c.cross) - 1
+    ps = np.concatenate([[0], np.cumsum(c.saved)])
+    pf = np.concatenate([[0], np.cumsum(c.inner)])
+    i = np.arange(-1, m)[:, None]          # bottom boundary (-1: the inputs)
+    j = np.arange(0, m + 1)[None, :]       # top boundary (m: the end, the last segment)
+    top = np.where(j < m, c.top[np.minimum(j, m)], 0.0)
+    seg_bytes = ps[j + 1] - ps[i + 1] - top
+    seg_flops = np.where(j < m, pf[j] - pf[i + 1] + c.head[np.minimum(j, m)], 0.0)
+    keep_top = np.where(j < m, c.cross[np.minimum(j, m)], 0.0)
+    need = c.results[np.minimum(j, m)] + keep_top + seg_bytes
+    valid = j > i
+    cost = np.full(m + 1, np.inf)          # by bottom boundary i + 1
+    kept = np.zeros(m + 1)
+    cost[0] = 0.0
+    best, best_path, back = np.inf, None, []
+    for _ in range(m + 1):
+        ok = valid & np.isfinite(cost)[:, None] & (need + kept[:, None] <= budget)
+        total = np.where(ok, cost[:, None] + seg_flops, np.inf)
+        arg = np.argmin(total, axis=0)
+        new = total[arg, np.arange(m + 1)]
+        if np.isfinite(new[m]) and new[m] < best:
+            best, best_path = new[m], list(back) + [arg]
+        if not np.isfinite(new[:m]).any():
+            break
+        back.append(arg)
+        kept = np.concatenate([[0.0], kept[arg[:m]] + c.cross[:m]])
+        cost = np.concatenate([[np.inf], new[:m]])
+    if best_path is None:
+        return None
+    chosen, at = [], m
+    for arg in reversed(best_path):
+        i_ = int(arg[at]) - 1
+        if i_ < 0:
+            break
+        chosen.append(i_)
+        at = i_
+    return sorted(chosen)
+
+
+def _no_fit(a, budget, low, why) -> str:
+    res = sum(a.g.nbytes(o) for o in set(a.g.outputs))
+    name = a.g.meta.get("fn_name", "the function")
+    return (f"memory_budget={budget} bytes ({budget / 2**20:.2f} MiB) is too small for "
+            f"{name}: {why}. The lowest static peak found is {low / 2**20:.2f} MiB, of which "
+            f"{res / 2**20:.2f} MiB are its results (the gradients). Raise the budget, or "
+            "use checkpoint='sqrt' for the least memory without a budget.")
+
+
+def _plan_note(a, chosen, segments, budget) -> dict:
+    return {"candidates": a.m, "segments": len(chosen) + 1 if chosen else 1,
+            "mode": "budget" if budget is not None else segments, "budget": budget}
+
+
+# -- rewriting --------------------------------------------------------------------------------
+class _Rewriter:
+    """Builds the new graph in execution order: the forward segment by segment, then the
+    backward, each recomputed value emitted just before its first reader."""
+
+    def __init__(self, a: _Analysis, chosen: list):
+        self.a, self.g = a, a.g
+        self.bounds = [a.chain[t] for t in chosen]
+        self.nseg = len(chosen) + 1
+        self.seg = {n: bisect.bisect_left(chosen, a.stage[n]) for n in a.data}
+        outputs = set(a.g.outputs)
+        self.kept = {n for n in a.data if n in outputs or self.seg[n] == self.nseg - 1
+                     or any(self.seg.get(u, -1) > self.seg[n] for u in a.g.users(n))}
+        self.new = Graph()
+        self.new.meta = {k: v for k, v in a.g.meta.items() if k not in ("order", "schedule")}
+        self.orig, self.copy = {}, {}
+        self.saved = set()      # forward values the backward half reads
+        self.backward_start = None
+        self.recomputed = 0
+
+    def build(self) -> Graph:
+        g = self.g
+        for n in g.inputs:
+            self._emit(n)
+        for n in sorted(self.a.data, key=lambda n: (self.seg[n], n)):
+            self._original(n)
+        self.backward_start = len(self.new)
+        for n in sorted(self.a.backward):
+            args = [self._for_backward(x) for x in g.args(n)]
+            self.orig[n] = self._add(n, args)
+        for o in g.outputs:
+            self._original(o)
+        self.new.outputs = [self.orig[o] for o in g.outputs]
+        self.new.meta["checkpoints"] = {self.orig[n]: self._why(n) for n in sorted(self.saved)}
+        self.new.meta["recomputed_flops"] = self.recomputed
+        return self.new
+
+    def _add(self, n, args, where=None) -> int:
+        d = self.g[n]
+        nid = self.new.add(d["op"], args, d["shape"], d["dtype"], d["attrs"], d["name"],
+                           where or d["where"])
+        if d["op"] == "input":
+            self.new.inputs.append(nid)
+        return nid
+
+    def _emit(self, n):
+        self.orig[n] = self._add(n, [self.orig[x] for x in self.g.args(n)])
+
+    def _original(self, n):
+        """Emit n (and any free or parameter-only arguments not yet emitted) once."""
+        todo = [n]
+        while todo:
+            x = todo[-1]
+            if x in self.orig:
+                todo.pop()
+                continue
+            missing = [y for y in self.g.args(x) if y not in self.orig]
+            if missing:
+                todo.extend(missing)
+                continue
+            todo.pop()
+            self._emit(x)
+
+    def _for_backward(self, x) -> int:
+        if x in self.a.backward:
+            return self.orig[x]
+        if x in self.seg and x not in self.kept:
+            return self._recompute(x)
+        self._original(x)
+        self._note_saved(x)
+        return self.orig[x]
+
+    def _note_saved(self, x):
+        if x not in self.a.free and self.orig[x] < self.backward_start:
+            self.saved.add(x)
+
+    def _recompute(self, n) -> int:
+        """Copy n and the values of its segment it needs, from the segment's checkpoints."""
+        s = self.seg[n]
+        need, todo = set(), [n]
+        while todo:
+            x = todo.pop()
+            if x in need or x in self.copy:
+                continue
+            need.add(x)
+            todo.extend(y for y in self.g.args(x)
+                        if self.seg.get(y) == s and y not in self.kept)
+        where = self._role(s)
+        for x in sorted(need):
+            args = []
+            for y in self.g.args(x):
+                if y in self.copy:
+                    args.append(self.copy[y])
+                else:
+                    self._original(y)
+                    self._note_saved(y)
+                    args.append(self.orig[y])
+            w = self.g[x]["where"]
+            self.copy[x] = self._add(x, args, where(w))
+            self.recomputed += flops(self.g, x)
+        return self.copy[n]
+
+    def _role(self, s):
+        src = (f"checkpoint v{self.orig[self.bounds[s - 1]]}" if s else "the inputs")
+        role = f"recompute segment {s + 1} of {self.nseg} from {src}"
+        return lambda w: (w or Where("<adjit>", 0)).with_role(role)
+
+    def _why(self, n) -> str:
+        g, s = self.g, self.seg.get(n)
+        if n in self.bounds:
+            k = self.bounds.index(n) + 1
+            nxt = ("the last segment, kept" if k + 1 == self.nseg
+                   else f"segment {k + 1}, recomputed from it in the backward")
+            return f"checkpoint {k} of {self.nseg - 1}: the input of {nxt}"
+        if n in set(g.outputs):
+            return "a result of the function, alive to the end anyway"
+        if n in self.a.floating:
+            return "computed from parameters alone (no data input): kept like them"
+        if s == self.nseg - 1:
+            return (f"in the last segment ({self.nseg} of {self.nseg}): its backward runs "
+                    "right after the forward, so it is kept, not recomputed")
+        if s is not None:
+            later = max(self.seg.get(u, s) for u in g.users(n)) + 1
+            return (f"read by segment {later}'s forward: it crosses a checkpoint and is kept "
+                    "with it")
+        return "saved for the backward"
+
+
+def _rewrite(a: _Analysis, chosen: list) -> Graph:
+    return _Rewriter(a, chosen).build()

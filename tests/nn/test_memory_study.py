@@ -1,0 +1,28 @@
+"""`adjit memory` (nn/memory_study.py) on a small MLP: every schedule measured and estimated."""
+import argparse
+
+from adjit.nn import memory_study
+
+
+def test_study_prints_each_schedule_and_the_growth(capsys):
+    p = argparse.ArgumentParser()
+    memory_study.add_arguments(p)
+    args = p.parse_args(["--depth", "4,9", "--width", "32", "--batch", "64", "--repeat", "1"])
+    assert memory_study.main(args) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [(r[0], r[1]) for r in rows] == [(d, s) for d in ("4", "9")
+                                            for s in ("store-all", "sqrt", "budget")]
+    assert "sqrt: memory besides gradients grows like L^" in out
+
+
+def test_study_rows_are_measured_and_agree_with_the_estimates():
+    # activations of 1 MiB, so that the budget (whole MiB) falls between the two schedules
+    store, sqrt, budget = memory_study.measure_depth(9, 128, 2048, repeat=1)
+    for row in (store, sqrt, budget):
+        assert abs(row["work"] - row["est_work"]) <= 0.1 * row["est_work"]
+        assert abs(row["peak"] - row["est_peak"]) <= 0.1 * row["est_peak"]
+    assert sqrt["work"] < 0.7 * store["work"]
+    assert sqrt["recompute"] > budget["recompute"] > 0
+    assert budget["peak"] <= budget["budget"]
+    assert abs(memory_study.growth_exponent([4, 16], [2.0, 4.0]) - 0.5) < 1e-12
