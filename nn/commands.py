@@ -1,0 +1,349 @@
+"""The `adjit mnist` and `adjit inspect` subcommands, called by cli.py with parsed arguments.
+
+Input: an argparse namespace; output: text on stdout and an exit status. Errors the user can
+fix (data, arguments, a diverging run) print one `adjit <command>: error: ...` line on stderr
+and return 1; they never surface as tracebacks from generated code.
+"""
+
+import importlib.util
+import inspect as pyinspect
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..frontend.api import compile as adjit_compile
+from ..frontend.api import pick_backend, value_and_grad
+from ..ir.errors import AdjitError, GradError
+from . import data as D
+from .layers import MLP
+from .optim import make_optimizer
+from .train import Trainer, TrainingError, normalize, save_params
+
+__all__ = ["mnist", "inspect", "run_mnist", "prepare_data", "split_validation",
+           "cosine_schedule", "parse_spec", "plot_history"]
+
+NUM_CLASSES = 10
+
+
+def _fail(command, message):
+    print(f"adjit {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# -- adjit mnist ------------------------------------------------------------------------------
+def split_validation(X, y, size, seed=0):
+    """Hold out `size` random training examples: -> (X_train, y_train, X_val, y_val)."""
+    if size < 0 or size >= len(X):
+        raise D.DataError(f"--val-size must be between 0 and {len(X) - 1} (the training set "
+                          f"has {len(X)} examples), got {size}")
+    order = np.random.default_rng([seed, 1]).permutation(len(X))
+    val, train = order[:size], order[size:]
+    return X[train], y[train], X[val], y[val]
+
+
+def cosine_schedule(lr, total_steps, steps_per_epoch):
+    """lr(epoch, step) decaying from lr to 0 along half a cosine over the whole run."""
+    def schedule(epoch, step):
+        s = (epoch - 1) * steps_per_epoch + step - 1
+        return lr * 0.5 * (1 + math.cos(math.pi * s / total_steps))
+    return schedule
+
+
+def _check_plot_available():
+    if importlib.util.find_spec("matplotlib") is None:
+        raise D.DataError("--plot needs matplotlib, which is not installed: "
+                          "pip install 'adjit[plot]' (or pip install matplotlib), or leave "
+                          "out --plot")
+
+
+def mnist(args):
+    """`adjit mnist`: train, validate each epoch, report the test accuracy."""
+    try:
+        return run_mnist(args)
+    except (D.DataError, TrainingError, AdjitError, ValueError) as e:
+        return _fail("mnist", str(e))
+    except KeyboardInterrupt:
+        print("\nadjit mnist: interrupted", file=sys.stderr)
+        return 130
+
+
+def run_mnist(args, out=print):
+    """The body of `adjit mnist`; returns 0, raises DataError/TrainingError on problems."""
+    if args.plot:
+        _check_plot_available()
+    name, (X_tr, y_tr), (X_val, y_val), (X_te, y_te), norm = prepare_data(args)
+    trainer, sizes = _make_trainer(args, X_tr.shape[1])
+    out(f"data: {name}: {len(X_tr):,} training, {len(X_val):,} validation, "
+        f"{len(X_te):,} test examples")
+    out(f"model: MLP {'-'.join(map(str, sizes))} ({args.activation}, "
+        f"{trainer.model.num_params():,} parameters), {trainer.optimizer!r}, batch "
+        f"{args.batch_size}, {_plural(args.epochs, 'epoch')}, {args.schedule} learning rate")
+    params, state = trainer.init(args.seed)
+    t0 = time.perf_counter()
+    batch = (X_tr[:args.batch_size], y_tr[:args.batch_size])
+    prog = trainer.lower(params, state, *batch)
+    # the step is a pure function: one call here builds what backends build lazily (numba
+    # kernels) without changing the parameters, so the time below is the whole compile time
+    trainer.step(params, state, *batch)
+    out(f"compiled train_step in {time.perf_counter() - t0:.2f} s: "
+        f"{pick_backend(args.backend).NAME} backend, {_summary(prog)}; "
+        "`adjit inspect --mnist` prints it")
+
+    steps = len(X_tr) // args.batch_size
+    schedule = None
+    if args.schedule == "cosine":
+        schedule = cosine_schedule(trainer.optimizer.lr, steps * args.epochs, steps)
+    t0 = time.perf_counter()
+    params, state, history = trainer.fit(
+        params, state, X_tr, y_tr, epochs=args.epochs, batch_size=args.batch_size,
+        validation=(X_val, y_val) if len(X_val) else None, seed=args.seed,
+        lr_schedule=schedule, progress=args.progress, log=out)
+    train_time = time.perf_counter() - t0
+    test_loss, test_acc = trainer.evaluate(params, X_te, y_te)
+    rate = history.steps * args.batch_size / train_time
+    out(f"test accuracy {100 * test_acc:.2f}% (loss {test_loss:.4f}) on {len(X_te):,} "
+        f"held-out examples; trained in {train_time:.1f} s ({rate:,.0f} samples/s)")
+    if args.save:
+        save_params(args.save, params, sizes=np.array(sizes), activation=args.activation,
+                    mean=norm[0], std=norm[1])
+        out(f"saved the parameters to {args.save}")
+    if args.plot:
+        plot_history(history, args.plot, title=f"{name}: MLP {'-'.join(map(str, sizes))}")
+        out(f"saved the curves to {args.plot}")
+    return 0
+
+
+def prepare_data(args):
+    """-> (name, train, validation, test, (mean, std)): float32 images, int64 labels."""
+    ds = D.load(args.data, fetch=args.download, dataset=args.dataset,
+                progress=args.progress)
+    name = f"IDX files in {args.data}" if args.data else ds.name
+    D.check_dataset(ds.X_train, ds.y_train, NUM_CLASSES, name=f"{name}: training set")
+    D.check_dataset(ds.X_test, ds.y_test, NUM_CLASSES, name=f"{name}: test set")
+    val_size = args.val_size if args.val_size is not None \
+        else min(5000, len(ds.X_train) // 10)
+    X_tr, y_tr, X_val, y_val = split_validation(ds.X_train, ds.y_train, val_size, args.seed)
+    if args.batch_size > len(X_tr):
+        raise D.DataError(f"--batch-size {args.batch_size} is larger than the {len(X_tr)} "
+                          f"training examples; use at most {len(X_tr)}")
+    # one mean and one standard deviation over all training pixels, as torchvision's
+    # Normalize((0.1307,), (0.3081,)) does for MNIST
+    pixels = D.to_float(X_tr)
+    mean, std = float(pixels.mean()), float(pixels.std())
+    del pixels
+    X_tr = normalize(X_tr, mean, std)
+    X_val = normalize(X_val, mean, std) if len(X_val) else X_val.astype(np.float32)
+    X_te = normalize(ds.X_test, mean, std)
+    y_tr, y_val, y_te = (a.astype(np.int64) for a in (y_tr, y_val, ds.y_test))
+    return name, (X_tr, y_tr), (X_val, y_val), (X_te, y_te), (mean, std)
+
+
+def _plural(n, word):
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _make_trainer(args, n_features):
+    sizes = [n_features] + list(args.hidden) + [NUM_CLASSES]
+    model = MLP(sizes, activation=args.activation)
+    opt = make_optimizer(args.optimizer, args.lr, backend=args.backend, fuse=args.fuse)
+    trainer = Trainer(model, opt, backend=args.backend, fuse=args.fuse,
+                      checkpoint=args.checkpoint)
+    return trainer, sizes
+
+
+def _summary(prog):
+    statements = sum(1 for line in prog.source.splitlines()
+                     if line.startswith("    ") and not line.strip().startswith(("#", "del "))
+                     and line.strip())
+    kernels = f", {_plural(len(prog.kernels), 'kernel')}" if prog.kernels else ""
+    return (f"{len(prog.graph)} IR nodes, {statements} statements{kernels}, "
+            f"peak {_bytes(prog.memory.peak_bytes)}")
+
+
+def _bytes(n):
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def plot_history(history, path, title=""):
+    """Loss and accuracy per epoch, training and validation, side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    epochs = range(1, len(history.train_loss) + 1)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(epochs, history.train_loss, "o-", label="training")
+    ax2.plot(epochs, [100 * a for a in history.train_acc], "o-", label="training")
+    if history.val_loss:
+        ax1.plot(epochs, history.val_loss, "s-", label="validation")
+        ax2.plot(epochs, [100 * a for a in history.val_acc], "s-", label="validation")
+    ax1.set(xlabel="epoch", ylabel="loss", title="loss")
+    ax2.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- adjit inspect ----------------------------------------------------------------------------
+_SPEC = re.compile(r"^(?P<dtype>[a-z]+[0-9]*)\[(?P<shape>[0-9,\s]*)\]$")
+_PARTS = ("ir", "code", "kernels", "memory")
+
+
+def inspect(args):
+    """`adjit inspect`: print the IR, the generated code and the memory estimate."""
+    try:
+        show = [s.strip() for s in args.show.split(",") if s.strip()]
+        unknown = [s for s in show if s not in _PARTS]
+        if unknown:
+            raise ValueError(f"--show: unknown part {unknown[0]!r}; choose from "
+                             f"{', '.join(_PARTS)}")
+        if args.mnist:
+            if args.target:
+                raise ValueError("give either FILE.py:FUNCTION or --mnist, not both")
+            prog, title = _mnist_program(args)
+        elif args.target:
+            prog, title = _user_program(args)
+        else:
+            raise ValueError("nothing to inspect: give FILE.py:FUNCTION (with --arg for its "
+                             "arguments) or --mnist")
+    except (AdjitError, ValueError, D.DataError) as e:
+        return _fail("inspect", str(e))
+    _print_program(prog, title, show)
+    return 0
+
+
+def _mnist_program(args):
+    trainer, sizes = _make_trainer(args, 784)
+    params, state = trainer.init(0)
+    X = np.zeros((args.batch_size, sizes[0]), np.float32)
+    y = np.zeros(args.batch_size, np.int64)
+    prog = trainer.lower(params, state, X, y)
+    title = (f"train_step of adjit mnist: MLP {'-'.join(map(str, sizes))} "
+             f"({args.activation}), {trainer.optimizer!r}, batch {args.batch_size}")
+    return prog, title
+
+
+def _load_function(target):
+    path, sep, name = target.rpartition(":")
+    if not sep or not path or not name:
+        raise ValueError(f"expected FILE.py:FUNCTION, got {target!r}")
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ValueError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"adjit_inspect_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.parent))  # so that the file's own imports work
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(file.parent))
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                 and getattr(v, "__module__", None) == module.__name__]
+        raise ValueError(f"{path} has no function {name!r} (functions there: "
+                         f"{', '.join(found) or 'none'})")
+    return fn
+
+
+def parse_spec(text, seed=0):
+    """'float32[128,784]' -> a random array of that type; '0.5' -> 0.5.
+
+    >>> parse_spec("int64[3]")
+    array([0, 0, 0])
+    >>> parse_spec("float32[2,3]").shape, parse_spec("2.5")
+    ((2, 3), 2.5)
+    """
+    text = text.strip()
+    m = _SPEC.match(text)
+    if m is None:
+        try:
+            return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
+        except ValueError:
+            raise ValueError(f"cannot read the argument spec {text!r}: expected "
+                             "DTYPE[SHAPE] such as float32[128,784] or int64[128], or a "
+                             "number") from None
+    try:
+        dtype = np.dtype(m["dtype"])
+    except TypeError:
+        raise ValueError(f"unknown dtype {m['dtype']!r} in {text!r}") from None
+    shape = tuple(int(s) for s in m["shape"].replace(" ", "").split(",") if s)
+    if dtype.kind == "f":
+        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    if dtype.kind in "iub":
+        return np.zeros(shape, dtype)  # e.g. labels: any valid value gives the same code
+    raise ValueError(f"unsupported dtype {dtype} in {text!r}; use a float, int or bool type")
+
+
+def _user_args(fn, specs):
+    values = {}
+    for k, item in enumerate(specs):
+        name, eq, spec = item.partition("=")
+        if not eq:
+            raise ValueError(f"--arg {item!r}: expected NAME=SPEC, e.g. x=float32[128,784]")
+        head, _, key = name.strip().partition(".")
+        value = parse_spec(spec, seed=k)
+        if key:
+            values.setdefault(head, {})[key] = value
+        else:
+            values[head] = value
+    params = [p for p in pyinspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params]
+    extra = [n for n in values if n not in names]
+    if extra:
+        raise ValueError(f"{fn.__name__}({', '.join(names)}) has no argument {extra[0]!r}")
+    missing = [p.name for p in params if p.name not in values and p.default is p.empty]
+    if missing:
+        raise ValueError(f"{fn.__name__}({', '.join(names)}) needs --arg for "
+                         f"{', '.join(missing)}, e.g. --arg {missing[0]}=float32[128,784]")
+    used = [p for p in params if p.name in values]
+    return [values[p.name] for p in used], [p.name for p in used]
+
+
+def _user_program(args):
+    fn = _load_function(args.target)
+    call_args, names = _user_args(fn, args.arg)
+    options = dict(backend=args.backend, fuse=args.fuse, checkpoint=args.checkpoint)
+    if args.grad:
+        if args.wrt is not None and args.wrt not in names:
+            raise ValueError(f"--wrt {args.wrt}: not an argument of {fn.__name__}"
+                             f"({', '.join(names)})")
+        argnum = names.index(args.wrt) if args.wrt else 0
+        try:
+            prog = value_and_grad(fn, argnum, **options).lower(*call_args)
+            return prog, f"value_and_grad of {fn.__name__} with respect to {names[argnum]}"
+        except GradError as e:
+            print(f"note: no gradient program ({e}); showing {fn.__name__} itself",
+                  file=sys.stderr)
+    return adjit_compile(fn, **options).lower(*call_args), fn.__name__
+
+
+def _print_program(prog, title, show):
+    rule = "=" * 100
+    print(f"{rule}\n{title}\n{prog.backend} backend: {_summary(prog)}\n{rule}")
+    if "ir" in show:
+        print(f"\n## IR after the passes (one line per node)\n\n{prog.ir}")
+    if "code" in show:
+        how = " (forward, then backward under '# backward')" if "# backward" in prog.source \
+            else ""
+        print(f"\n## generated code{how}\n\n{prog.source}")
+    if "kernels" in show:
+        if prog.kernels:
+            for name, src in prog.kernels.items():
+                print(f"\n## kernel {name}\n\n{src}")
+        else:
+            print(f"\n## kernels\n\nnone: the {prog.backend} backend runs fused groups as "
+                  "array expressions in the code above")
+    if "memory" in show:
+        print(f"\n## memory estimate\n\n{prog.memory}")

@@ -1,0 +1,168 @@
+"""Tests for adjit.nn.train: the compiled train step, the loop, and its handling of bad input."""
+
+import numpy as np
+import pytest
+
+import adjit
+from adjit.nn import MLP, SGD, Adam, Trainer, TrainingError, softmax_cross_entropy
+from adjit.nn.data import DataError
+from adjit.nn.train import load_params, predict_classes, save_params
+
+
+def blobs(n=240, seed=0, classes=3, features=4):
+    """Well-separated Gaussian blobs: a set any MLP learns in a few epochs."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((classes, features)) * 2
+    y = rng.integers(0, classes, n)
+    X = (centers[y] + 0.5 * rng.standard_normal((n, features))).astype(np.float32)
+    return X, y
+
+
+def make_trainer(opt=None, sizes=(4, 16, 3)):
+    return Trainer(MLP(list(sizes)), opt or Adam(1e-2, backend="numpy"), backend="numpy")
+
+
+def test_predict_classes_is_argmax_with_first_tie():
+    logits = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [-1.0, -5.0, -0.5]])
+    assert predict_classes(logits).tolist() == [1, 0, 2]
+    f = adjit.compile(predict_classes, backend="numpy")
+    x = np.random.default_rng(0).standard_normal((50, 7))
+    assert np.array_equal(f(x), np.argmax(x, axis=1))
+
+
+def test_step_equals_value_and_grad_then_update():
+    X, y = blobs(32)
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    loss, correct, p1, s1 = trainer.step(params, state, X, y)
+
+    def loss_fn(p, X, y):
+        return softmax_cross_entropy(trainer.model.apply(p, X), y)
+    value, grads = adjit.value_and_grad(loss_fn, backend="numpy")(params, X, y)
+    p2, s2 = trainer.optimizer.update(params, grads, trainer.optimizer.init(params))
+    assert float(loss) == pytest.approx(float(value), rel=1e-6)
+    assert int(correct) == int(np.sum(np.argmax(trainer.model.apply(params, X), 1) == y))
+    for k in p1:
+        np.testing.assert_allclose(p1[k], p2[k], rtol=1e-5, atol=1e-7)
+
+
+def test_fit_learns_and_reports_history():
+    X, y = blobs()
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    lines = []
+    params, state, h = trainer.fit(params, state, X[:200], y[:200], epochs=10, batch_size=32,
+                                   validation=(X[200:], y[200:]), progress=False,
+                                   log=lines.append)
+    assert len(h.train_loss) == len(h.val_acc) == len(lines) == 10
+    assert h.steps == 10 * (200 // 32) and float(state["step"]) == h.steps
+    assert h.train_loss[-1] < h.train_loss[0] and h.val_acc[-1] > 0.9
+    assert lines[0].startswith("epoch 1/10: loss") and "validation" in lines[0]
+    assert trainer.evaluate(params, X[200:], y[200:])[1] == h.val_acc[-1]
+
+
+def test_fit_is_reproducible_and_compiles_one_step_program():
+    X, y = blobs(100)
+    runs = []
+    for _ in range(2):
+        trainer = make_trainer()
+        params, state = trainer.init(0)
+        params, _, _ = trainer.fit(params, state, X, y, epochs=2, batch_size=30,
+                                   progress=False, log=None)
+        runs.append(params)
+        assert len(trainer._train_step._cache) == 1     # the last, short batch is dropped
+    assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
+def test_lr_schedule_is_an_argument_not_a_recompilation():
+    X, y = blobs(64)
+    trainer = make_trainer(SGD(0.1, backend="numpy"))
+    params, state = trainer.init(0)
+    seen = []
+
+    def schedule(epoch, step):
+        seen.append((epoch, step))
+        return 0.1 / (epoch * step)
+    trainer.fit(params, state, X, y, epochs=2, batch_size=32, lr_schedule=schedule,
+                progress=False, log=None)
+    assert seen == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert len(trainer._train_step._cache) == 1
+
+
+def test_nan_loss_stops_naming_epoch_and_step():
+    X, y = blobs(64)
+    trainer = make_trainer(SGD(1e30, backend="numpy"))
+    params, state = trainer.init(0)
+    with pytest.raises(TrainingError, match=r"at epoch 1, step 2;.*--lr"):
+        trainer.fit(params, state, X, y, epochs=3, batch_size=16, progress=False, log=None)
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda X, y: (X, np.where(y == 0, 3, y)), "label 3 .* outside 0..2"),
+    (lambda X, y: (X, -y - 1), "outside 0..2"),
+    (lambda X, y: (X, y.astype(np.float64)), "labels must be integers"),
+    (lambda X, y: (np.where(np.arange(len(X))[:, None] == 5, np.nan, X), y),
+     "NaN or infinite values .* row 5"),
+    (lambda X, y: (X[:0], y[:0]), "empty"),
+    (lambda X, y: (X, y[:-1]), "images but"),
+    (lambda X, y: (X[:, :, None], y), "2-D array"),
+])
+def test_bad_training_data_is_a_clear_error(mutate, match):
+    X, y = mutate(*blobs(64))
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    with pytest.raises(DataError, match=match):
+        trainer.fit(params, state, X, y, epochs=1, batch_size=16, progress=False, log=None)
+
+
+def test_batch_size_larger_than_the_set_is_an_error():
+    X, y = blobs(20)
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    with pytest.raises(DataError, match="batch_size 64 is larger than the 20 samples"):
+        trainer.fit(params, state, X, y, batch_size=64, progress=False, log=None)
+
+
+def test_step_rejects_an_empty_batch_and_bad_labels():
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    with pytest.raises(adjit.ShapeError, match="empty"):
+        trainer.step(params, state, np.zeros((0, 4), np.float32), np.zeros(0, np.int64))
+    with pytest.raises(DataError, match="outside"):
+        trainer.step(params, state, np.zeros((2, 4), np.float32), np.array([0, 7]))
+    with pytest.raises(DataError, match="integers"):
+        trainer.step(params, state, np.zeros((2, 4), np.float32), np.array([0.0, 1.0]))
+    with pytest.raises(adjit.ShapeError, match="expects 4"):
+        trainer.step(params, state, np.zeros((2, 5), np.float32), np.array([0, 1]))
+    with pytest.raises(DataError, match=r"dtype float64 .* X.astype\(np.float32\)"):
+        trainer.step(params, state, np.zeros((2, 4)), np.array([0, 1]))
+
+
+def test_fit_converts_data_to_the_model_dtype():
+    X, y = blobs(64)
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    params, state, _ = trainer.fit(params, state, X.astype(np.float64), y.astype(np.uint8),
+                                   batch_size=32, progress=False, log=None)
+    assert all(v.dtype == np.float32 for v in params.values())
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 4), dtype=np.uint8)
+    params, state, h = trainer.fit(params, state, pixels, y, batch_size=32, progress=False,
+                                   log=None)
+    assert np.isfinite(h.train_loss[0])
+
+
+def test_lowered_step_shows_forward_backward_and_update():
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    prog = trainer.lower(params, state, np.zeros((8, 4), np.float32), np.zeros(8, np.int64))
+    src = prog.source
+    assert "def train_step(params_W1" in src and "# backward" in src
+    assert src.index("layers.py") < src.index("# backward") < src.rindex("optim.py")
+
+
+def test_save_and_load_params(tmp_path):
+    params = MLP([3, 2]).init(0)
+    save_params(tmp_path / "p.npz", params, sizes=np.array([3, 2]), activation="relu")
+    loaded, meta = load_params(tmp_path / "p.npz")
+    assert all(np.array_equal(params[k], loaded[k]) for k in params)
+    assert meta["sizes"].tolist() == [3, 2] and str(meta["activation"]) == "relu"
