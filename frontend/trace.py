@@ -35,6 +35,8 @@ def leaf_spec(leaf, what):
         return leaf.shape, leaf.dtype, False
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
         return (), np.asarray(leaf).dtype, True
+    if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray
+        return tuple(leaf.shape), np.dtype(leaf.dtype), False
     try:
         a = np.asarray(leaf)
     except Exception as e:  # noqa: BLE001 - reported with the argument's name
