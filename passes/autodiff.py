@@ -75,7 +75,8 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             if rule is None:
                 raise GradError(f"no vjp rule for op {d['op']!r} (at {d['where']}); add one to "
                                 f"OPS[{d['op']!r}] in ir/ops.py or stop the gradient there")
-            w = d["where"].with_role(f"vjp of v{n}") if d["where"] else None
+            # the op, not the node id: later passes renumber nodes, the op stays true
+            w = d["where"].with_role(f"vjp of {d['op']}") if d["where"] else None
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
                 for a, ga in zip(g.args(n), gs):
@@ -134,7 +135,7 @@ def derive_tangent(g: Graph, wrt) -> Graph:
             if rule is None:
                 raise GradError(f"no jvp rule for op {d['op']!r} (at {d['where']}); add one to "
                                 f"OPS[{d['op']!r}] in ir/ops.py")
-            w = d["where"].with_role(f"jvp of v{n}") if d["where"] else None
+            w = d["where"].with_role(f"jvp of {d['op']}") if d["where"] else None
             with where_override(w):
                 t = rule(ts, env[n], *[env[a] for a in d["args"]], **d["attrs"])
             if t is not None:

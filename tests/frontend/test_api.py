@@ -152,3 +152,22 @@ def test_docstring_examples_run(mod):
     m = importlib.import_module(mod)
     res = doctest.testmod(m, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0 and res.attempted > 0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_value_used_after_its_elided_broadcast_stays_alive(backend):
+    """Regression: the max was deleted at its last direct use although its (elided)
+    broadcast was read later, an UnboundLocalError in the generated code."""
+    def f(x):
+        m = np.max(x, axis=1, keepdims=True)
+        s = np.sum(np.exp(x - m), axis=1, keepdims=True)
+        return np.sum(s + m), np.sum(x >= m)
+    x = np.arange(6.0).reshape(2, 3)
+    got = adjit.compile(f, backend=backend)(x)
+    np.testing.assert_allclose(got[0], f(x)[0])
+    assert got[1] == f(x)[1]
+
+
+def test_backward_comments_name_the_forward_op():
+    src = adjit.grad(lambda x: np.sum(np.tanh(x)), backend="numpy").lower(np.ones(3)).source
+    assert "vjp of tanh" in src
