@@ -129,13 +129,31 @@ def compile_graph(g, Program, static_argnums=(), name="fn", backend="auto", fuse
     be = pick_backend(backend)
     g = run_pipeline(g, be, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
                      debug=_DEBUG)
-    built = be.build(g, ident(name, "fn"), **backend_options)
+    built = be.build(g, ident(name, "fn"), **_backend_options(be, backend_options))
     if _DEBUG >= 3:
         print(built["source"])
     from ..passes.pipeline import memory_report
     return Program(built["fn"], built["source"], g, memory_report(g), g.meta["in_trees"],
                    g.meta["out_tree"], static_argnums, be.NAME, built["kernels"],
                    built["prepare"], built["finish"])
+
+
+# options some backend's build() takes; the others ignore them, so one set of options works
+# whichever backend "auto" picks (cuda_graph only matters on a GPU)
+BACKEND_OPTIONS = {"cuda_graph", "donate_argnums", "min_kernel_size", "parallel_size"}
+
+
+def _backend_options(be, options):
+    import inspect
+    unknown = sorted(set(options) - BACKEND_OPTIONS)
+    if unknown:
+        from ..ir.errors import AdjitError
+        raise AdjitError(f"unknown compile option {', '.join(unknown)}; backend options are "
+                         f"{', '.join(sorted(BACKEND_OPTIONS))}")
+    params = inspect.signature(be.build).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return dict(options)
+    return {k: v for k, v in options.items() if k in params}
 
 
 def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budget=None,  # noqa: A001

@@ -110,3 +110,13 @@ def test_hostile_argument_name_in_printed_ir_is_one_line():
     g = adjit.trace(f, {"a\nb": np.ones(2)})
     assert all("a\nb" not in line for line in str(g).splitlines())
     assert "\\n" in str(g)
+
+
+def test_misspelt_compile_option_is_refused():
+    with pytest.raises(adjit.AdjitError, match="unknown compile option cuda_grpah"):
+        adjit.compile(lambda x: x * 2, backend="numpy", cuda_grpah=True)(np.ones(2))
+
+
+def test_gpu_only_option_is_ignored_on_the_cpu():
+    out = adjit.compile(lambda x: x * 2, backend="numba", cuda_graph=True)(np.ones(2))
+    np.testing.assert_array_equal(out, [2.0, 2.0])
