@@ -4,6 +4,10 @@ derive_adjoint(g, wrt) returns a new graph with the same inputs (plus cotangent 
 "vjp" mode) whose outputs are g's outputs followed by one cotangent per `wrt` input. VJP rules
 come from the op registry and are replayed with frontend functions, so the result is plain IR.
 Only nodes on a path from a `wrt` input to an output get cotangents.
+
+This pass imports the frontend, against STYLE's "passes -> ir only": DESIGN asks VJP rules to
+be written with the functions users call, and those build IR through the tracer, so replaying
+the graph inside a TraceContext is how a rule's result becomes ordinary IR.
 """
 from __future__ import annotations
 
