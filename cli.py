@@ -109,6 +109,9 @@ def _add_model_options(parser, title="model and training step"):
                         "(sqrt: about sqrt(L) segments; N: N segments) (default: none)")
     p.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
                    help="fuse elementwise operations into kernels (default: --fuse)")
+    p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="with the cupy backend, capture the training step once as a CUDA "
+                        "graph and replay it (default: on for cupy, off otherwise)")
 
 
 def build_parser(argv=None):

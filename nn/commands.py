@@ -88,7 +88,13 @@ def run_mnist(args, out=print):
     prog = trainer.lower(params, state, *batch)
     # the step is a pure function: one call here builds what backends build lazily (numba
     # kernels) without changing the parameters, so the time below is the whole compile time
-    trainer.step(params, state, *batch)
+    if trainer.cuda_graph:
+        # the captured step updates donated buffers in place: warm up on copies
+        trainer.step(_copy_tree(params), _copy_tree(state), *batch)
+        out("CUDA graph: the step is captured once and replayed (one launch a step); each "
+            "epoch drops its last partial batch so every step has the same shapes")
+    else:
+        trainer.step(params, state, *batch)
     out(f"compiled train_step in {time.perf_counter() - t0:.2f} s: "
         f"{pick_backend(args.backend).NAME} backend, {_summary(prog)}; "
         "`adjit inspect --mnist` prints it")
@@ -115,6 +121,12 @@ def run_mnist(args, out=print):
         plot_history(history, args.plot, title=f"{name}: MLP {'-'.join(map(str, sizes))}")
         out(f"saved the curves to {args.plot}")
     return 0
+
+
+def _copy_tree(tree):
+    from ..frontend import pytree
+    leaves, treedef, _ = pytree.flatten(tree)
+    return pytree.unflatten(treedef, [x.copy() if hasattr(x, "copy") else x for x in leaves])
 
 
 def prepare_data(args):
@@ -151,7 +163,7 @@ def _make_trainer(args, n_features):
     model = MLP(sizes, activation=args.activation)
     opt = make_optimizer(args.optimizer, args.lr, backend=args.backend, fuse=args.fuse)
     trainer = Trainer(model, opt, backend=args.backend, fuse=args.fuse,
-                      checkpoint=args.checkpoint)
+                      checkpoint=args.checkpoint, cuda_graph=getattr(args, "cuda_graph", None))
     return trainer, sizes
 
 

@@ -79,16 +79,23 @@ class Trainer:
     """
 
     def __init__(self, model, optimizer, loss_fn=softmax_cross_entropy, *, backend="auto",
-                 fuse=True, checkpoint=None, memory_budget=None):
+                 fuse=True, checkpoint=None, memory_budget=None, cuda_graph=None):
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.backend = backend
+        mod = pick_backend(backend)
         options = dict(backend=backend, fuse=fuse, checkpoint=checkpoint,
                        memory_budget=memory_budget)
+        if cuda_graph is None:
+            cuda_graph = mod.NAME == "cupy"   # shapes are static: fit drops the short batch
+        if cuda_graph and mod.NAME == "cupy":
+            # one graph launch a step; params and state are updated in their own buffers, so
+            # the arrays a step returns are overwritten by the next one (copy to keep them)
+            options.update(cuda_graph=True, donate_argnums=(0, 1))
+        self.cuda_graph = "cuda_graph" in options
         self._train_step = adjit_compile(self._step_fn, **options)
         self._train_step.__name__ = "train_step"
         self._eval_step = adjit_compile(self._eval_fn, backend=backend, fuse=fuse)
         self._eval_step.__name__ = "eval_step"
-        mod = pick_backend(backend)
         self.to_device = getattr(mod, "to_device", lambda x: x)
         self.to_host = getattr(mod, "to_host", np.asarray)
 

@@ -166,3 +166,17 @@ def test_save_and_load_params(tmp_path):
     loaded, meta = load_params(tmp_path / "p.npz")
     assert all(np.array_equal(params[k], loaded[k]) for k in params)
     assert meta["sizes"].tolist() == [3, 2] and str(meta["activation"]) == "relu"
+
+
+def test_cuda_graph_only_applies_to_the_cupy_backend():
+    """On a CPU backend cuda_graph=True changes nothing: no donation, inputs stay intact."""
+    from adjit.nn import MLP, SGD, Trainer
+    trainer = Trainer(MLP([4, 8, 3]), SGD(0.1, backend="numpy"), backend="numpy",
+                      cuda_graph=True)
+    assert trainer.cuda_graph is False
+    params, state = trainer.init(seed=0)
+    before = {k: v.copy() for k, v in params.items()}
+    X, y = np.ones((2, 4), np.float32), np.array([0, 2])
+    trainer.step(params, state, X, y)
+    for k in params:
+        np.testing.assert_array_equal(params[k], before[k])
