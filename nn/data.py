@@ -374,13 +374,15 @@ def num_batches(n, batch_size, drop_last=False):
     return n // batch_size if drop_last else -(-n // batch_size)
 
 
-def batches(X, y, batch_size, *, shuffle=True, seed=0, epoch=0, drop_last=False):
+def batches(X, y, batch_size, *, shuffle=True, seed=0, epoch=0, drop_last=False,
+            order_to=None):
     """Iterate over `(X_batch, y_batch)` pairs that cover the data once (one epoch).
 
     The order depends only on `(seed, epoch)`, so epochs differ from each other and every
     run repeats exactly; `seed` may also be a `np.random.Generator`, which then advances.
     The last batch is smaller unless `drop_last`. A `batch_size` larger than the data is an
-    error rather than one short batch, since it usually means a wrong setting.
+    error rather than one short batch, since it usually means a wrong setting. `order_to`
+    moves the epoch's permutation where X lives (a GPU) once, so no batch copies an index.
 
     >>> [yb.tolist() for _, yb in batches(np.zeros((5, 1)), np.arange(5), 2, shuffle=False)]
     [[0, 1], [2, 3], [4]]
@@ -401,6 +403,8 @@ def batches(X, y, batch_size, *, shuffle=True, seed=0, epoch=0, drop_last=False)
         order = seed.permutation(n)
     else:
         order = np.random.default_rng([seed, epoch]).permutation(n)
+    if order is not None and order_to is not None:
+        order = order_to(order)
     return _iterate(X, y, order, batch_size, num_batches(n, batch_size, drop_last))
 
 

@@ -207,7 +207,8 @@ class Trainer:
     def _epoch(self, params, state, X, y, epoch, epochs, batch_size, seed, lr_schedule,
                progress):
         """One pass over the data; -> (params, state, the epoch's _Meter)."""
-        it = D.batches(X, y, batch_size, seed=seed, epoch=epoch, drop_last=True)
+        it = D.batches(X, y, batch_size, seed=seed, epoch=epoch, drop_last=True,
+                       order_to=self.to_device)
         n_steps = D.num_batches(len(X), batch_size, drop_last=True)
         bar = tqdm(it, total=n_steps, desc=f"epoch {epoch}/{epochs}", unit="step",
                    disable=not progress, leave=False, dynamic_ncols=True)

@@ -359,3 +359,18 @@ def test_batches_bad_batch_size(batch_size, match):
     # Raised at the call, not at the first next(), so a bad setting fails before training.
     with pytest.raises(DataError, match=match):
         data.batches(np.zeros((10, 2)), np.zeros(10, int), batch_size)
+
+
+def test_batches_move_the_permutation_once():
+    moved = []
+
+    def to_device(order):
+        moved.append(order.copy())
+        return order
+    X, y = np.arange(20).reshape(10, 2), np.arange(10)
+    got = list(data.batches(X, y, 3, seed=1, epoch=2, drop_last=True, order_to=to_device))
+    ref = list(data.batches(X, y, 3, seed=1, epoch=2, drop_last=True))
+    assert len(moved) == 1 and len(got) == len(ref) == 3
+    for (a, b), (c, d) in zip(got, ref):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
