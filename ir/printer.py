@@ -63,14 +63,17 @@ def format_graph(g) -> str:
     return "\n".join(lines)
 
 
+def _dot_escape(s) -> str:
+    # inside a DOT string only backslash and the double quote are special
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def to_dot(g) -> str:
     out = ["digraph adjit {", "  node [shape=box, fontname=monospace];"]
     for n in g.nodes():
         d = g[n]
-        label = f"v{n} {d['op']}\\n{type_str(d['shape'], d['dtype'])}"
-        if d["op"] == "input":
-            label = f"{safe_text(d['name'])}\\n{type_str(d['shape'], d['dtype'])}"
-        label = label.replace('"', '\\"')
+        head = _dot_escape(safe_text(d["name"])) if d["op"] == "input" else f"v{n} {d['op']}"
+        label = f"{head}\\n{type_str(d['shape'], d['dtype'])}"
         style = ', style=filled, fillcolor="#dde8ff"' if n in g.outputs else ""
         out.append(f'  v{n} [label="{label}"{style}];')
         for pos, a in enumerate(d["args"]):

@@ -120,3 +120,15 @@ def test_misspelt_compile_option_is_refused():
 def test_gpu_only_option_is_ignored_on_the_cpu():
     out = adjit.compile(lambda x: x * 2, backend="numba", cuda_graph=True)(np.ones(2))
     np.testing.assert_array_equal(out, [2.0, 2.0])
+
+
+def test_hostile_names_stay_inside_dot_labels():
+    import re
+    key = 'a\\"];\nevil [label="x'
+    dot = adjit.trace(lambda p: np.sum(p[key]), {key: np.ones(2)}).to_dot()
+    # every line is one statement; a label string ends only at an unescaped quote
+    label = re.compile(r'label="((?:[^"\\]|\\.)*)"')
+    for line in dot.splitlines()[2:-1]:
+        assert line.strip().endswith(";")
+        assert not label.sub("", line).count('"'), line
+    assert "evil [" not in label.sub("", dot)
