@@ -126,8 +126,8 @@ def test_hostile_names_stay_inside_dot_labels():
     import re
     key = 'a\\"];\nevil [label="x'
     dot = adjit.trace(lambda p: np.sum(p[key]), {key: np.ones(2)}).to_dot()
-    # every line is one statement; a label string ends only at an unescaped quote
-    label = re.compile(r'label="((?:[^"\\]|\\.)*)"')
+    # every line is one statement; a DOT string ends only at an unescaped quote
+    label = re.compile(r'"((?:[^"\\]|\\.)*)"')
     for line in dot.splitlines()[2:-1]:
         assert line.strip().endswith(";")
         assert not label.sub("", line).count('"'), line
