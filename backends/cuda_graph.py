@@ -91,13 +91,7 @@ def _leaf_ranges(g):
     trees = g.meta.get("in_trees")
     if trees is None:
         return {k: range(k, k + 1) for k in range(len(g.inputs))}
-    ranges, pos = {}, 0
-    for i, tree in enumerate(trees):
-        if tree is not None:
-            k = pytree.num_leaves(tree)
-            ranges[i] = range(pos, pos + k)
-            pos += k
-    return ranges
+    return pytree.leaf_ranges(trees)
 
 
 def donation(g, donate_argnums):

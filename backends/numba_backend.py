@@ -234,12 +234,7 @@ def donated_inputs(g, donate_argnums):
     from ..frontend import pytree
     nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
     trees = g.meta.get("in_trees") or []
-    pos, k = {}, 0
-    for i, tree in enumerate(trees):
-        if tree is not None:
-            n = pytree.num_leaves(tree)
-            pos[i] = range(k, k + n)
-            k += n
+    pos = pytree.leaf_ranges(trees)
     return {g.inputs[j] for i in nums for j in pos.get(i % max(len(trees), 1), ())}
 
 

@@ -191,14 +191,7 @@ def _norm_argnums(argnums, nargs, static):
 
 def _leaf_positions(g, args, static):
     """Input positions (in g.inputs) of the leaves of each non-static argument."""
-    pos, k = {}, 0
-    for i, a in enumerate(args):
-        if i in static:
-            continue
-        n = pytree.num_leaves(g.meta["in_trees"][i])
-        pos[i] = list(range(k, k + n))
-        k += n
-    return pos
+    return {i: list(r) for i, r in pytree.leaf_ranges(g.meta["in_trees"]).items()}
 
 
 def _outer_leaves(args, static, g):

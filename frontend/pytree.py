@@ -60,3 +60,15 @@ def num_leaves(treedef) -> int:
     if treedef[0] == "none":
         return 0
     return sum(num_leaves(c) for c in treedef[2])
+
+
+def leaf_ranges(in_trees):
+    """Argument index -> range of its leaves among the flattened inputs (static arguments,
+    whose treedef is None, have none)."""
+    ranges, pos = {}, 0
+    for i, tree in enumerate(in_trees):
+        if tree is not None:
+            n = num_leaves(tree)
+            ranges[i] = range(pos, pos + n)
+            pos += n
+    return ranges
