@@ -123,3 +123,45 @@ def load_module(source: str, name: str, namespace: dict):
     ns = dict(namespace)
     exec(code, ns)  # noqa: S102 - our own generated source, user strings escaped
     return ns, filename
+
+
+def _extent(x):
+    """[lo, hi) of the bytes array x can touch, or None when it has none."""
+    if x.size == 0:
+        return None
+    lo = hi = x.__array_interface__["data"][0]
+    for n, s in zip(x.shape, x.strides):
+        if s < 0:
+            lo += s * (n - 1)
+        else:
+            hi += s * (n - 1)
+    return lo, hi + x.itemsize
+
+
+def donatable(donated, others, contiguous=False) -> bool:
+    """May a program write results over the arrays `donated`? Each must be a writable
+    ndarray (C-contiguous if asked) whose memory overlaps no other argument's: a donated
+    array passed twice, or a view of another argument, would be read after it was written.
+    Overlap is judged by byte extents after one sort, so a step with hundreds of parameters
+    checks them in microseconds (np.may_share_memory on every pair would take milliseconds)."""
+    spans = []
+    for d, group in ((True, donated), (False, others)):
+        for x in group:
+            if not isinstance(x, np.ndarray):
+                if d:
+                    return False
+                continue
+            if d and (not x.flags.writeable or (contiguous and not x.flags.c_contiguous)):
+                return False
+            e = _extent(x)
+            if e is not None:
+                spans.append((e[0], e[1], d))
+    spans.sort()
+    reach = reach_donated = -1
+    for lo, hi, d in spans:
+        if lo < reach_donated or (d and lo < reach):
+            return False
+        reach = max(reach, hi)
+        if d:
+            reach_donated = max(reach_donated, hi)
+    return True

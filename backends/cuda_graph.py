@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..frontend import pytree
-from ..ir.errors import AdjitError
+from ..passes.donation import pairs as donation_pairs
 
 
 def _base(x):
@@ -86,50 +85,11 @@ class GraphRunner:
 
 
 # -- donation: which outputs a CUDA-graph program writes into its inputs' buffers -------------
-def _leaf_ranges(g):
-    """Argument index -> range of its leaves among g.inputs (static arguments have none)."""
-    trees = g.meta.get("in_trees")
-    if trees is None:
-        return {k: range(k, k + 1) for k in range(len(g.inputs))}
-    return pytree.leaf_ranges(trees)
-
-
 def donation(g, donate_argnums):
-    """-> (pairs, inplace): pairs (output index, input leaf index) of donated buffers, and
-    inplace {output node: input node} for those whose kernel can write the input's buffer.
-
-    A donated argument is matched to the first part of the result with the same structure,
-    shapes and dtypes (a step returning `(loss, params, state)` for arguments `params,
-    state`); leaves left over are matched as JAX does, to the first unmatched result of the
-    same shape and dtype."""
-    ranges = _leaf_ranges(g)
-    trees = g.meta.get("in_trees")
-    for a in donate_argnums:
-        if a not in ranges:
-            raise AdjitError(f"donate_argnums names argument {a}, but the function's array "
-                             f"arguments are {sorted(ranges)}")
-    used, pairs = set(), []
-
-    def fits(k, leaf):
-        o, i = g.outputs[k], g.inputs[leaf]
-        return k not in used and g[o]["shape"] == g[i]["shape"] and \
-            g[o]["dtype"] == g[i]["dtype"]
-    rest = []
-    for a in donate_argnums:
-        rng = list(ranges[a])
-        for tree, off in _subtrees(g.meta.get("out_tree")) if trees else []:
-            if tree == trees[a] and all(fits(off + j, leaf) for j, leaf in enumerate(rng)):
-                pairs += [(off + j, leaf) for j, leaf in enumerate(rng)]
-                used.update(range(off, off + len(rng)))
-                break
-        else:
-            rest += rng
-    for leaf in rest:
-        k = next((k for k in range(len(g.outputs)) if fits(k, leaf)), None)
-        if k is not None:
-            pairs.append((k, leaf))
-            used.add(k)
-    pairs.sort(key=lambda p: p[1])
+    """-> (pairs, inplace): pairs (output index, input leaf index) of donated buffers
+    (passes/donation.py), and inplace {output node: input node} for those whose kernel can
+    write the input's buffer."""
+    pairs = donation_pairs(g, donate_argnums)
     from .cupy_backend import _runs
     inplace = {}
     runs = _runs(g, g.meta["schedule"].order)
@@ -139,17 +99,6 @@ def donation(g, donate_argnums):
                 _can_write_in_place(g, o, i, runs.get(o, [o])):
             inplace[o] = i
     return pairs, inplace
-
-
-def _subtrees(tree, offset=0):
-    """(subtree, index of its first leaf) for tree and every subtree, outermost first."""
-    if tree is None:
-        return
-    yield tree, offset
-    if tree[0] in ("dict", "namedtuple", "list", "tuple"):
-        for child in tree[2]:
-            yield from _subtrees(child, offset)
-            offset += pytree.num_leaves(child)
 
 
 def _can_write_in_place(g, o, i, kernel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.fused import value_types
+from ..ir.fused import same_group, value_types
 from ..ir.ops import OPS
 from .codegen import comment, literal
 
@@ -50,14 +50,9 @@ def numpy_group(cg, run):
     return numpy_group_plan(cg, run)[0]
 
 
-def same_group(g, n, m):
-    """Are n and m different outputs of one fused group, over the same arguments?"""
-    a, b = g[n], g[m]
-    return a["op"] == b["op"] == "fused" and b["attrs"]["kernel"] == a["attrs"]["kernel"] \
-        and b["args"] == a["args"] and b["attrs"]["output"] != a["attrs"]["output"]
-
-
 class _Names:
+    in_place = {}
+
     def __init__(self, g):
         from .codegen import Names
         self.g, self.names, self.attrs_tab = g, Names(g), []
@@ -66,16 +61,20 @@ class _Names:
         return self.names[x]
 
 
-def scratch_bytes(g, n):
+def scratch_bytes(g, n, in_place=()):
     """Bytes the NumPy code of fused node n allocates besides n's result while it runs: its
     temporaries, and the results of the rest of its group, made in the same statements (the
-    schedule counts them at their own steps, just after). Charged to a group's first node."""
+    schedule counts them at their own steps, just after). Charged to a group's first node.
+    in_place: the outputs written into donated arguments (they allocate nothing)."""
     if g[n]["op"] != "fused" or (n - 1 in g and same_group(g, n - 1, n)):
         return 0
     run = [n]
     while run[-1] + 1 in g and same_group(g, n, run[-1] + 1):
         run.append(run[-1] + 1)
-    return max(0, numpy_group_plan(_Names(g), run)[1] - g.nbytes(n))
+    names = _Names(g)
+    names.in_place = {m: in_place[m] for m in run if m in in_place}
+    own = 0 if n in names.in_place else g.nbytes(n)
+    return max(0, numpy_group_plan(names, run)[1] - own)
 
 
 def numpy_group_plan(cg, run):
@@ -120,10 +119,14 @@ def numpy_group_plan(cg, run):
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
             reuse = [r for r in ins.args if r in temps and ends.get(r) == j and full[r]
                      and types[r][1] == types[r_j][1]]
+            into = cg.in_place.get(target.get(r_j))
             rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
                                       types[r_j][1], any(full[r] for r in ins.args),
-                                      r_j in target, val[reuse[0]] if reuse else None)
-            if new:
+                                      r_j in target, val[reuse[0]] if reuse else None,
+                                      cg.arg(into) if into is not None else None)
+            if into is not None:
+                held[r_j] = 0       # a donated argument's buffer: the schedule counts none
+            elif new:
                 held[r_j] = full_bytes * types[r_j][1].itemsize if is_full else 0
                 live += held[r_j]
             else:
@@ -156,11 +159,17 @@ def numpy_group_plan(cg, run):
     return lines, peak
 
 
-def _call(cg, ins, args, shape, dtype, is_full, is_out, dying):
+def _call(cg, ins, args, shape, dtype, is_full, is_out, dying, into=None):
     """(right-hand side, is the result full-shape, is it a new array) for one instruction: a
-    ufunc writing into the dying buffer `dying` when there is one, else a new array."""
+    ufunc writing into the dying buffer `dying` when there is one, else a new array; an
+    output with a donated buffer `into` is written there when the program's arguments
+    allow it (`_rt_in_place`, see `in_place_ok`)."""
     from .numpy_backend import op_expression
     uf = ufunc_name(ins.op)
+    if into is not None:
+        other = dying if dying is not None else \
+            (f"np.empty({shape}, np.{dtype.name})" if not is_full else "None")
+        return f"{uf}({', '.join(args)}, out={into} if _rt_in_place else {other})", True, False
     if uf is not None and shape:
         if dying is not None:
             return f"{uf}({', '.join(args)}, out={dying})", True, False
@@ -171,3 +180,29 @@ def _call(cg, ins, args, shape, dtype, is_full, is_out, dying):
     if shape and is_out and not is_full:
         return f"np.array(np.broadcast_to({rhs}, {shape}))", True, True
     return rhs, is_full, True
+
+
+def in_place_ok(g, n, x) -> bool:
+    """Can the NumPy code of node n write its result into input x's buffer? When n is
+    computed by a ufunc (out=) over arguments that include x, and, in a fused group, no
+    instruction after n's reads x (it would see n's values) and no reduction reads it."""
+    d = g[n]
+    if not d["shape"] or g[x]["shape"] != d["shape"] or g[x]["dtype"] != d["dtype"] \
+            or x not in d["args"]:
+        return False
+    if d["op"] != "fused":
+        return OPS[d["op"]].kind == "elementwise" and not d["attrs"] and \
+            ufunc_name(d["op"]) is not None
+    a = d["attrs"]
+    ref, red = a["outputs"][a["output"]]
+    n_in = len(d["args"])
+    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None:
+        return False
+    alias = {p for p, y in enumerate(d["args"]) if y == x}
+    for j, ins in enumerate(a["expr"]):
+        reads = any(r in alias for r in ins.args)
+        if reads and OPS[ins.op].fusion == "broadcast":
+            alias.add(n_in + j)
+        elif reads and n_in + j > ref:
+            return False
+    return not any(r in alias for r, red in a["outputs"] if red is not None)

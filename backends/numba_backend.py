@@ -24,6 +24,7 @@ from ..ir.errors import AdjitError
 from ..ir.fused import Instr
 from ..ir.ops import OPS
 from .codegen import comment, load_module, node_comment
+from .codegen import donatable as _donatable
 from .fused_numpy import numpy_group
 from .fused_numpy import scratch_bytes as numpy_scratch_bytes
 from .numba_kernels import kernel_spec
@@ -41,12 +42,12 @@ MIN_KERNEL_SIZE = 4096
 PARALLEL_SIZE = 1 << 20
 
 
-def scratch_bytes(g, n):
+def scratch_bytes(g, n, in_place=()):
     """Bytes node n holds besides its result while it runs, for the schedule: none for a
     kernel; a group too small for one runs as NumPy code and holds its temporaries."""
     if g[n]["op"] == "fused" and _size(g[n]["attrs"]["shape"]) >= MIN_KERNEL_SIZE:
         return 0
-    return numpy_scratch_bytes(g, n)
+    return numpy_scratch_bytes(g, n, in_place)
 
 
 def why_unusable():
@@ -239,17 +240,8 @@ def donated_inputs(g, donate_argnums):
 
 
 def donatable(donated, others):
-    """May the kernel write over `donated`? Each must be a C-contiguous writable ndarray that
-    shares no memory with any other argument (a donated array passed twice would be read
-    after it was written)."""
-    arrays = donated + others
-    for i, x in enumerate(donated):
-        if type(x) is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
-            return False
-        for j, y in enumerate(arrays):
-            if j != i and np.may_share_memory(x, y):
-                return False
-    return True
+    """May the kernel write over `donated`? (codegen.donatable; kernels need C order.)"""
+    return _donatable(donated, others, contiguous=True)
 
 
 def user_lines(a):

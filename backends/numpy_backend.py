@@ -55,6 +55,7 @@ class Codegen:
         self.namespace = {"np": np, "_rt_consts": self.consts, "_rt_attrs": self.attrs_tab,
                           "_rt_ops": {name: od.numpy for name, od in OPS.items()}}
         self.imports = ["import numpy as np"]
+        self.in_place = self.sched.in_place   # output node -> donated input it overwrites
 
     def arg(self, a):
         return self.expr.get(a, self.names[a])
@@ -63,7 +64,7 @@ class Codegen:
         """-> (source, namespace) of the module defining fn_name."""
         g, sched = self.g, self.sched
         self.elided = elided = _elided_broadcasts(g, sched)
-        body = []
+        body = self.donation_check()
         in_backward = False
         recomputing = ""
         order = sched.order
@@ -116,8 +117,27 @@ class Codegen:
         lines.append("    return (" + "".join(o + ", " for o in outs).rstrip(" ") + ")")
         return "\n".join(lines) + "\n", self.namespace
 
+    def donation_check(self):
+        """Lines deciding once per call whether results may go into donated arguments."""
+        if not self.in_place:
+            return []
+        from .codegen import donatable
+        self.namespace["_rt_donatable"] = donatable
+        mine = set(self.in_place.values())
+        donated = "".join(self.names[i] + ", " for i in self.g.inputs if i in mine)
+        rest = "".join(self.names[i] + ", " for i in self.g.inputs if i not in mine)
+        return [comment("donated arguments are overwritten by results (`out=`) when they are "
+                        "writable arrays that share no memory with another argument"),
+                f"_rt_in_place = _rt_donatable(({donated}), ({rest}))"]
+
     def emit_node(self, n):
         g = self.g
+        if n in self.in_place:
+            from .fused_numpy import ufunc_name
+            args = ", ".join(self.arg(a) for a in g.args(n))
+            into = self.names[self.in_place[n]]
+            return [node_comment(g, n), f"{self.names[n]} = {ufunc_name(g[n]['op'])}({args}, "
+                    f"out={into} if _rt_in_place else None)"]
         rhs = _expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab)
         if n in g.outputs and g[n]["op"] == "broadcast_to":
             rhs = f"np.array({rhs})"  # a broadcast view is read-only; results must be writable
@@ -192,3 +212,5 @@ FUSES = True
 FUSION_OPTIONS = {"reductions": False}
 # bytes a fused group's NumPy code holds besides its first result, for the schedule
 scratch_bytes = fused_numpy.scratch_bytes
+# which results it can write into a donated argument's buffer (passes/schedule.py)
+in_place_ok = fused_numpy.in_place_ok

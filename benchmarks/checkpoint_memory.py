@@ -20,6 +20,12 @@ through /proc/self/clear_refs):
   work   the peak besides parameters and gradients: PyTorch with gradients kept from the
          warm-up (backward accumulates into them); adjit: measure_peak_memory(...,
          exclude_results=True). JAX's jit gives no such split.
+With --train, the big-batch run also measures whole training steps (gradient and an SGD
+update, lr 1e-4): adjit compiles `sgd_step` with the parameters donated, so each update is
+written into its parameter as soon as its gradient exists; PyTorch runs backward() and then
+optimizer.step() ("step-"), and, as its tutorial on fusing the optimizer into the backward
+does, updates each parameter from a post-accumulate-grad hook and drops its gradient
+("hook-"); JAX jits the step with the parameters donated.
 Prints a Markdown table; never asserts.
 """
 from __future__ import annotations
@@ -69,6 +75,23 @@ def _segments(depth):
     return max(1, round(math.sqrt(depth)))
 
 
+LR = 1e-4
+
+
+def sgd_step(params, x):
+    """One training step: the loss and the parameters after an SGD update."""
+    import adjit
+    from adjit.nn.memory_study import tanh_mlp_loss
+    loss, grads = adjit.value_and_grad(tanh_mlp_loss)(params, x)
+    return loss, {k: params[k] - np.float32(LR) * grads[k] for k in params}
+
+
+def _schedule(mode):
+    """("none" | "sqrt" | "budget=<bytes>") -> compile options."""
+    opts = {"none": {}, "sqrt": {"checkpoint": "sqrt"}}.get(mode)
+    return opts if opts is not None else {"memory_budget": int(mode.split("=")[1])}
+
+
 def adjit_case(modes, depth, batch):
     """-> {mode: (step, memory probe)} for adjit's NumPy backend."""
     import adjit
@@ -78,10 +101,11 @@ def adjit_case(modes, depth, batch):
     params.update({f"b{i}": b for i, b in enumerate(bs)})
     out = {}
     for mode in modes:
-        opts = {"none": {}, "sqrt": {"checkpoint": "sqrt"}}.get(mode)
-        if opts is None:                   # "budget=<bytes>"
-            opts = {"memory_budget": int(mode.split("=")[1])}
-        f = adjit.grad(tanh_mlp_loss, backend="numpy", **opts)
+        if mode.startswith("step-"):       # the parameters are updated in their own buffers
+            f = adjit.compile(sgd_step, backend="numpy", donate_argnums=(0,),
+                              **_schedule(mode[5:]))
+        else:
+            f = adjit.grad(tanh_mlp_loss, backend="numpy", **_schedule(mode))
         f(params, x)
         out[mode] = (lambda f=f: f(params, x), lambda f=f: _adjit_memory(f, params, x))
     return out
@@ -120,8 +144,16 @@ def torch_case(modes, depth, batch):
     model = torch.nn.Sequential(*layers)
     xt = torch.from_numpy(x)
 
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    hooked = []
+
+    def update_in_backward(p):
+        with torch.no_grad():
+            p.add_(p.grad, alpha=-LR)
+        p.grad = None
+
     def forward(mode):
-        if mode == "sqrt":
+        if mode.endswith("sqrt"):
             h = checkpoint_sequential(model, _segments(depth), xt, use_reentrant=False)
         else:
             h = model(xt)
@@ -129,16 +161,28 @@ def torch_case(modes, depth, batch):
 
     def step(mode):
         model.zero_grad(set_to_none=True)
+        if mode.startswith("hook-") and not hooked:
+            hooked.extend(p.register_post_accumulate_grad_hook(update_in_backward)
+                          for p in model.parameters())
         forward(mode).backward()
+        if mode.startswith("step-"):
+            opt.step()
 
     def memory(mode):
         model.zero_grad(set_to_none=True)
         base = _reset_peak()
         loss = forward(mode)
         kept = _status("VmRSS") - base
+        if mode.startswith("hook-") and not hooked:
+            hooked.extend(p.register_post_accumulate_grad_hook(update_in_backward)
+                          for p in model.parameters())
         loss.backward()
+        if mode.startswith("step-"):
+            opt.step()
         whole = _peak_above(base)
         del loss
+        if mode[:5] in ("step-", "hook-"):
+            return {"step": whole, "kept": kept, "kept_source": "RSS", "work": None}
         # gradients kept from the step above: the backward accumulates into them in place
         model.zero_grad(set_to_none=False)
         base = _reset_peak()
@@ -183,9 +227,30 @@ def jax_case(modes, depth, batch):
         kept = sum(r.nbytes for r in res) - sum(w.nbytes + b.nbytes for w, b in params) \
             - x.nbytes
         return {"step": whole, "kept": max(kept, 0), "kept_source": "residuals", "work": None}
+    def train(loss):
+        def step(ps, h):
+            value, grads = jax.value_and_grad(loss)(ps, h)
+            return value, jax.tree_util.tree_map(lambda p, g: p - LR * g, ps, grads)
+        step = jax.jit(step, donate_argnums=(0,))
+        state = {"params": [(w + 0, b + 0) for w, b in params]}
+
+        def run():
+            value, state["params"] = jax.block_until_ready(step(state["params"], xj))
+            return value
+
+        def measure():
+            base = _reset_peak()
+            run()
+            return {"step": _peak_above(base), "kept": 0, "kept_source": "n/a", "work": None}
+        run()
+        return run, measure
+
     out = {}
     for mode in modes:
-        loss = make_loss(mode)
+        loss = make_loss(mode[5:] if mode.startswith("step-") else mode)
+        if mode.startswith("step-"):
+            out[mode] = train(loss)
+            continue
         step = jax.jit(jax.grad(loss))
         jax.block_until_ready(step(params, xj))
         out[mode] = (lambda s=step: jax.block_until_ready(s(params, xj)),
@@ -235,11 +300,15 @@ def child(task, memory=False):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(fw, depth, batch, repeat, threads, budgets=()):
+TRAIN_MODES = {"adjit": ("step-none", "step-sqrt"), "jax": ("step-none", "step-sqrt"),
+               "torch": ("step-none", "step-sqrt", "hook-none", "hook-sqrt")}
+
+
+def measure(fw, depth, batch, repeat, threads, budgets=(), train=False):
     """Memory of each mode in its own fresh process, then all modes timed in one; budgets:
-    more memory budgets (bytes) for adjit."""
+    more memory budgets (bytes) for adjit; train: training steps too (TRAIN_MODES)."""
     rows = []
-    for mode in ("none", "sqrt"):
+    for mode in ("none", "sqrt") + (TRAIN_MODES[fw] if train else ()):
         rows.append(dict(framework=fw, mode=mode, depth=depth, batch=batch, **child(
             [fw, [mode], depth, batch, "memory", 1, threads], memory=True)))
     if fw == "adjit":
@@ -262,11 +331,14 @@ def table(results):
              "peak besides grads (MiB) | besides grads / store-all |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
+        kind = r["mode"][:5] if r["mode"][:5] in ("step-", "hook-") else ""
         base = next(b for b in results if b["framework"] == r["framework"]
                     and b["depth"] == r["depth"] and b["batch"] == r["batch"]
-                    and b["mode"] == "none")
+                    and b["mode"] == kind + "none")
         work = "n/a" if r["work"] is None else f"{r['work'] / MiB:.1f}"
         share = "n/a" if r["work"] is None else f"{r['work'] / base['work']:.0%}"
+        if kind:   # a training step's peak is compared with the same step's store-all peak
+            share = f"step: {r['step'] / base['step']:.0%}"
         lines.append(
             f"| {r['batch']} | {r['depth']} | {r['framework']} | {_mode(r)} | "
             f"{r['time']:.3f} | {r['time'] / base['time']:.2f}x | {r['step'] / MiB:.1f} | "
@@ -276,12 +348,19 @@ def table(results):
 
 
 def _mode(r):
-    if r["mode"] == "none":
-        return "store-all"
-    if r["mode"] == "sqrt":
-        return {"adjit": "checkpoint='sqrt'", "torch": "checkpoint_sequential",
-                "jax": "jax.checkpoint"}[r["framework"]] + f" ({_segments(r['depth'])})"
-    return f"memory_budget {int(r['mode'].split('=')[1]) / MiB:.0f} MiB"
+    kind, mode = "", r["mode"]
+    if mode[:5] in ("step-", "hook-"):
+        kind = {("adjit", "step-"): "SGD step, params donated: ",
+                ("jax", "step-"): "SGD step, jit donate_argnums: ",
+                ("torch", "step-"): "SGD step, optimizer.step(): ",
+                ("torch", "hook-"): "SGD step in backward hooks: "}[r["framework"], mode[:5]]
+        mode = mode[5:]
+    if mode == "none":
+        return kind + "store-all"
+    if mode == "sqrt":
+        return kind + {"adjit": "checkpoint='sqrt'", "torch": "checkpoint_sequential",
+                       "jax": "jax.checkpoint"}[r["framework"]] + f" ({_segments(r['depth'])})"
+    return kind + f"memory_budget {int(mode.split('=')[1]) / MiB:.0f} MiB"
 
 
 def plot(results, path):
@@ -334,6 +413,8 @@ def main():
     p.add_argument("--big-budget", type=float, default=281, metavar="MIB",
                    help="one more adjit memory budget for the big-batch run (0 to skip); "
                         "281 MiB is about the least any schedule fits in at batch 2048")
+    p.add_argument("--train", action="store_true", help="in the big-batch run, also "
+                   "measure whole training steps (gradient and SGD update)")
     p.add_argument("--frameworks", default="adjit,torch,jax")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="threads per framework; with 1 "
@@ -345,14 +426,14 @@ def main():
     if args.case:
         print(json.dumps(in_child(json.loads(args.case))))
         return
-    plan = [(args.batch, int(d), ()) for d in args.depths.split(",") if d]
+    plan = [(args.batch, int(d), (), False) for d in args.depths.split(",") if d]
     if args.big_batch:
         plan.append((args.big_batch, 64,
-                     (int(args.big_budget * MiB),) if args.big_budget else ()))
+                     (int(args.big_budget * MiB),) if args.big_budget else (), args.train))
     results = []
-    for batch, depth, budgets in plan:
+    for batch, depth, budgets, train in plan:
         for fw in args.frameworks.split(","):
-            results += measure(fw, depth, batch, args.repeat, args.threads, budgets)
+            results += measure(fw, depth, batch, args.repeat, args.threads, budgets, train)
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:

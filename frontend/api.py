@@ -128,7 +128,7 @@ def compile_graph(g, Program, static_argnums=(), name="fn", backend="auto", fuse
     from ..passes.pipeline import run_pipeline
     be = pick_backend(backend)
     g = run_pipeline(g, be, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
-                     debug=_DEBUG)
+                     debug=_DEBUG, donate_argnums=backend_options.get("donate_argnums", ()))
     built = be.build(g, ident(name, "fn"), **_backend_options(be, backend_options))
     if _DEBUG >= 3:
         print(built["source"])

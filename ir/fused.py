@@ -28,6 +28,13 @@ class Instr(NamedTuple):
     where: object = None
 
 
+def same_group(g, n, m):
+    """Are n and m different outputs of one fused group, over the same arguments?"""
+    a, b = g[n], g[m]
+    return a["op"] == b["op"] == "fused" and b["attrs"]["kernel"] == a["attrs"]["kernel"] \
+        and b["args"] == a["args"] and b["attrs"]["output"] != a["attrs"]["output"]
+
+
 def ops():
     from .ops import OPS
     return OPS

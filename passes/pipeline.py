@@ -5,12 +5,17 @@ Each step is a function from graph to graph; DEBUG=2 prints the IR after every p
 from __future__ import annotations
 
 from ..ir.verify import verify
+from .donation import candidates, normalize
 from .schedule import flops, schedule
 from .simplify import simplify
 
 
-def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, debug=0):
+def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, debug=0,
+                 donate_argnums=()):
     """simplify -> fusion (if the backend fuses) -> checkpoint (if asked) -> schedule.
+
+    donate_argnums: arguments whose buffers results may take; the schedule writes them in
+    place where the backend can (its `in_place_ok`) and runs those updates early.
 
     Checkpointing runs last before scheduling because it decides the order of the backward
     half (recomputations go just before their first use); it may leave that order in
@@ -26,8 +31,16 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         from .checkpoint import schedule_checkpoints
         steps.append(("checkpoint", lambda x: schedule_checkpoints(
             x, segments=checkpoint, budget=memory_budget, scratch=scratch)))
-    steps.append(("schedule", lambda x: schedule(x, order=x.meta.get("order"),
-                                                 scratch=scratch)))
+    in_place_ok = getattr(backend, "in_place_ok", None)
+
+    def scheduled(x):
+        donate = None
+        nums = normalize(donate_argnums)
+        if nums and in_place_ok is not None:
+            donate = candidates(x, nums)
+        return schedule(x, order=x.meta.get("order"), scratch=scratch, donate=donate,
+                        in_place_ok=in_place_ok)
+    steps.append(("schedule", scheduled))
     for name, step in steps:
         g = step(g)
         verify(g, name)
