@@ -28,22 +28,26 @@ import numpy as np
 
 from ..ir.errors import BudgetError
 from ..ir.graph import Graph, Where
-from .schedule import analyze, buffers, flops, kind
+from .schedule import buffers, flops, kind, plan
 
 BACKWARD_ROLES = ("vjp of", "seed of")
 PASSENGER_SHARE = 8         # passengers may add at most 1/8 of the checkpoint's own bytes
 MAX_PASSENGERS = 16
 
 
-def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None) -> Graph:
+def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
+                         donate_argnums=(), in_place_ok=None) -> Graph:
     """Return a copy of g whose backward half recomputes forward segments.
 
     segments: "sqrt" (about sqrt(L) segments), an int (that many segments) or None;
     budget: bytes the static peak must stay under (then segments is ignored); scratch: the
-    backend's temporaries per node, for the exact peak (passes/schedule.py). Raises
-    BudgetError when no choice of checkpoints fits the budget.
+    backend's temporaries per node, for the exact peak (passes/schedule.py); donate_argnums,
+    in_place_ok: results written into donated arguments (a training step's updated
+    parameters) take no memory, as the schedule will count them. Raises BudgetError when no
+    choice of checkpoints fits the budget.
     """
     a = _analyze(g, scratch)
+    a.donate = dict(donate_argnums=donate_argnums, in_place_ok=in_place_ok)
     if budget is not None:
         chosen = _fit_budget(a, int(budget))
     elif segments is None:
@@ -74,6 +78,7 @@ class _Analysis:
     cross: dict = field(default_factory=dict)       # candidate -> bytes of what crosses it
     stage: dict = field(default_factory=dict)       # data node -> index of its stage
     scratch: object = None                          # the backend's temporaries per node
+    donate: dict = field(default_factory=dict)      # donation options of schedule.plan
 
     @property
     def m(self):
@@ -226,7 +231,9 @@ def _costs(a: _Analysis) -> _Costs:
         inner[t] = _closure_flops(g, (a.saved & mine) | leaving, mine)
         head[t] = _closure_flops(g, (a.saved & mine) - leaving, mine - leaving)
     cross = np.array([a.cross[c] for c in a.chain] + [0.0])
-    outs = sorted((o, g.nbytes(o)) for o in set(g.outputs) if o in a.backward)
+    in_place = _in_place(a)
+    outs = sorted((o, g.nbytes(o)) for o in set(g.outputs) if o in a.backward
+                  and o not in in_place)
     ids = [o for o, _ in outs]
     cum = np.concatenate([[0], np.cumsum([b for _, b in outs])])
     begin = np.minimum.accumulate(first_use)
@@ -279,11 +286,11 @@ def _fit_budget(a: _Analysis, budget: int) -> list:
     """Fewest recomputed FLOPs whose static peak fits, by dynamic programming over the
     candidates. The model's constant (the backward's temporaries) is calibrated on the
     uncheckpointed schedule, and each choice is checked on the exact schedule. The first try
-    leaves 0.1% of the budget for the interpreter's own objects, which measure_peak_memory
-    counts too (about 50 bytes a step)."""
+    leaves room for the interpreter's own objects, which measure_peak_memory counts too:
+    0.1% of the budget and 64 bytes a step (a frame slot and an array header or two)."""
     whole = _exact(a, [])
     costs = _costs(a) if a.m else None
-    for target in (budget - budget // 1000, budget):
+    for target in (budget - budget // 1000 - 64 * len(a.g), budget):
         if whole <= target:
             return []
         chosen = _search(a, costs, target, whole) if a.m else None
@@ -313,7 +320,17 @@ def _search(a, c, target, whole):
 
 def _exact(a: _Analysis, chosen) -> int:
     """The static peak of a choice, from the schedule pass itself."""
-    return analyze(_rewrite(a, chosen) if chosen else a.g, scratch=a.scratch).peak_bytes
+    g = _rewrite(a, chosen) if chosen else a.g
+    return plan(g, g.meta.get("order"), a.scratch, **a.donate).peak_bytes
+
+
+def _in_place(a: _Analysis) -> set:
+    """Results the backend may write into donated arguments (they allocate nothing)."""
+    ok, nums = a.donate.get("in_place_ok"), a.donate.get("donate_argnums")
+    if ok is None or not nums:
+        return set()
+    from .donation import candidates
+    return {o for o, i in candidates(a.g, nums).items() if ok(a.g, o, i)}
 
 
 def _model_peak(c: _Costs, chosen) -> float:

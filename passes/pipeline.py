@@ -5,7 +5,7 @@ Each step is a function from graph to graph; DEBUG=2 prints the IR after every p
 from __future__ import annotations
 
 from ..ir.verify import verify
-from .donation import candidates, normalize
+from .donation import normalize
 from .schedule import flops, schedule
 from .simplify import simplify
 
@@ -27,19 +27,16 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         steps.append(("fusion", lambda x: fuse_elementwise(x, **getattr(
             backend, "FUSION_OPTIONS", {}))))
     scratch = getattr(backend, "scratch_bytes", None)   # its fused groups' temporaries
+    # results the backend writes into donated arguments' buffers allocate nothing
+    donate = dict(donate_argnums=normalize(donate_argnums),
+                  in_place_ok=getattr(backend, "in_place_ok", None))
     if checkpoint is not None or memory_budget is not None:
         from .checkpoint import schedule_checkpoints
         steps.append(("checkpoint", lambda x: schedule_checkpoints(
-            x, segments=checkpoint, budget=memory_budget, scratch=scratch)))
-    in_place_ok = getattr(backend, "in_place_ok", None)
+            x, segments=checkpoint, budget=memory_budget, scratch=scratch, **donate)))
 
     def scheduled(x):
-        donate = None
-        nums = normalize(donate_argnums)
-        if nums and in_place_ok is not None:
-            donate = candidates(x, nums)
-        return schedule(x, order=x.meta.get("order"), scratch=scratch, donate=donate,
-                        in_place_ok=in_place_ok)
+        return schedule(x, order=x.meta.get("order"), scratch=scratch, **donate)
     steps.append(("schedule", scheduled))
     for name, step in steps:
         g = step(g)

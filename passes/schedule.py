@@ -154,25 +154,31 @@ def _scratch(scratch, g, n, in_place):
     return scratch(g, n, in_place) if in_place else scratch(g, n)
 
 
-def schedule(g: Graph, order=None, scratch=None, donate=None, in_place_ok=None) -> Graph:
-    """Return a copy of g with meta["schedule"] filled in (see `analyze`).
-
-    donate: {output node: donated input node} candidates; in_place_ok(g, output, input):
-    can the backend compute that output into that input's buffer? Valid pairs are written
-    in place, and their updates run as early as they can (module docstring)."""
-    new = g.copy()
+def plan(g: Graph, order=None, scratch=None, donate_argnums=(), in_place_ok=None) -> Schedule:
+    """The schedule of g (see `analyze`). donate_argnums: arguments whose buffers results
+    may take (passes/donation.py); in_place_ok(g, output, input): can the backend compute
+    that output into that input's buffer? Valid pairs are written in place, and their
+    updates run as early as they can (module docstring)."""
     order = list(order or order_nodes(g))
-    if donate and in_place_ok is not None:
-        ok = {o: i for o, i in donate.items() if in_place_ok(g, o, i)}
-        best = analyze(g, order, scratch, in_place_pairs(g, order, ok))
-        moved = hoist_updates(g, order, ok, scratch)
-        if moved != order:
-            s = analyze(g, moved, scratch, in_place_pairs(g, moved, ok))
-            if s.peak_bytes <= best.peak_bytes:
-                best = s
-        new.meta["schedule"] = best
-    else:
-        new.meta["schedule"] = analyze(g, order, scratch)
+    ok = {}
+    if donate_argnums and in_place_ok is not None:
+        from .donation import candidates
+        ok = {o: i for o, i in candidates(g, donate_argnums).items() if in_place_ok(g, o, i)}
+    if not ok:
+        return analyze(g, order, scratch)
+    best = analyze(g, order, scratch, in_place_pairs(g, order, ok))
+    moved = hoist_updates(g, order, ok, scratch)
+    if moved != order:
+        s = analyze(g, moved, scratch, in_place_pairs(g, moved, ok))
+        if s.peak_bytes <= best.peak_bytes:
+            best = s
+    return best
+
+
+def schedule(g: Graph, order=None, scratch=None, donate_argnums=(), in_place_ok=None) -> Graph:
+    """Return a copy of g with meta["schedule"] filled in (see `plan`)."""
+    new = g.copy()
+    new.meta["schedule"] = plan(g, order, scratch, donate_argnums, in_place_ok)
     return new
 
 

@@ -197,3 +197,21 @@ def test_checkpointed_training_step_peaks_lower_than_store_all(checkpoint):
     assert est < 0.5 * est_base, (est, est_base)
     meas = adjit.measure_peak_memory(ck, copies(p), x)
     assert abs(meas - est) <= 0.1 * est, (meas, est)
+
+
+def test_memory_budget_of_a_training_step_counts_updates_in_place():
+    """A budget between the donated step's "sqrt" and store-all peaks fits (the checkpoint
+    pass counts the updated parameters as written in place, not as new arrays), the
+    measurement stays under it, and it recomputes less than "sqrt"."""
+    p, x = tanh_problem(36, 128, 64)
+    progs = {name: adjit.compile(tanh_sgd, backend="numpy", donate_argnums=0, **opts)
+             for name, opts in [("all", {}), ("sqrt", {"checkpoint": "sqrt"})]}
+    peaks = {k: f.lower(p, x).memory.peak_bytes for k, f in progs.items()}
+    budget = (peaks["all"] + peaks["sqrt"]) // 2
+    assert budget < sum(v.nbytes for v in p.values())   # less than all gradients together
+    f = adjit.compile(tanh_sgd, backend="numpy", donate_argnums=0, memory_budget=budget)
+    m = f.lower(p, x).memory
+    assert m.peak_bytes <= budget
+    assert m.recompute_ratio < progs["sqrt"].lower(p, x).memory.recompute_ratio
+    assert adjit.measure_peak_memory(f, copies(p), x) <= budget
+    same_bits(f(copies(p), x), adjit.compile(tanh_sgd, backend="numpy")(p, x))
