@@ -3,7 +3,10 @@
 Input: depths, width, batch, backend. Output: per depth, one row per schedule (no
 checkpointing, "sqrt", a memory budget) with the static estimate and the measurement of the
 whole-step peak and of the peak besides the gradients, the step time and the recomputed share
-of the forward FLOPs; then the fitted growth exponent, and optionally a plot.
+of the forward FLOPs; then the fitted growth exponent, and optionally a plot. With --step the
+program is a whole training step (gradient and SGD update) with the parameters donated, so
+each update is written into its parameter as soon as its gradient exists and the gradients
+never pile up: its peak is the working memory itself.
 """
 from __future__ import annotations
 
@@ -29,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--budget", default="half", metavar="MIB|half",
                    help="memory budget in MiB, or `half`: halfway between the whole-step "
                         "peaks of \"sqrt\" and of no checkpointing")
+    p.add_argument("--step", action="store_true",
+                   help="measure a whole training step (gradient and SGD update, parameters "
+                        "donated and updated in place) instead of the gradient alone")
     p.add_argument("--repeat", type=int, default=3, help="timed steps per schedule (best of)")
     p.add_argument("--plot", metavar="FILE.png", help="plot memory and time against depth")
 
@@ -39,6 +45,12 @@ def tanh_mlp_loss(params, x):
     for i in range(len(params) // 2):
         h = np.tanh(h @ params[f"W{i}"].T + params[f"b{i}"])
     return np.mean(h * h)
+
+
+def sgd_step(params, x, lr=0.01):
+    """A training step: the loss, and the parameters after an SGD update."""
+    loss, grads = adjit.value_and_grad(tanh_mlp_loss)(params, x)
+    return loss, {k: params[k] - np.float32(lr) * grads[k] for k in params}
 
 
 def make_inputs(depth, width, batch, seed=0, dtype=np.float32):
@@ -58,8 +70,17 @@ def _device(backend):
     return (lambda a: a), (lambda: None)
 
 
-def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3):
-    """-> list of row dicts (store-all, sqrt, budget) for one depth."""
+def _program(backend, step, **opts):
+    if step:    # the parameters' buffers take the updated parameters (CuPy: only in a
+        # captured CUDA graph, which this study does not measure; there they are new arrays)
+        donate = {} if backend == "cupy" else {"donate_argnums": 0}
+        return adjit.compile(sgd_step, backend=backend, **donate, **opts)
+    return adjit.grad(tanh_mlp_loss, backend=backend, **opts)
+
+
+def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3, step=False):
+    """-> list of row dicts (store-all, sqrt, budget) for one depth; step: of a training
+    step with the parameters donated (module docstring) instead of the gradient."""
     to_dev, sync = _device(backend)
     params, x = make_inputs(depth, width, batch)
     params = {k: to_dev(v) for k, v in params.items()}
@@ -67,23 +88,26 @@ def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3)
     cases = [("store-all", {}), ("sqrt", {"checkpoint": "sqrt"})]
     progs = {}
     for name, opts in cases:
-        f = adjit.grad(tanh_mlp_loss, backend=backend, **opts)
+        f = _program(backend, step, **opts)
         progs[name] = (f, f.lower(params, x))
     if budget == "half":    # rounded up to a whole MiB, as a person would give it
         half = (progs["store-all"][1].memory.peak_bytes + progs["sqrt"][1].memory.peak_bytes) / 2
         limit = math.ceil(half / MiB) * MiB
     else:
         limit = int(float(budget) * MiB)
-    f = adjit.grad(tanh_mlp_loss, backend=backend, memory_budget=limit)
+    f = _program(backend, step, memory_budget=limit)
     progs[f"budget {limit / MiB:.0f} MiB"] = (f, f.lower(params, x))
     grads = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in params.values())
     rows = []
     for name, (f, prog) in progs.items():
         m = prog.memory
+        peak = adjit.measure_peak_memory(f, params, x)
+        # a step's results are its parameters' own buffers: nothing to set aside
+        work = peak if step else adjit.measure_peak_memory(f, params, x, exclude_results=True)
         rows.append({"depth": depth, "schedule": name, "budget": limit if "budget" in name
-                     else None, "est_peak": m.peak_bytes, "est_work": m.peak_working_bytes,
-                     "peak": adjit.measure_peak_memory(f, params, x),
-                     "work": adjit.measure_peak_memory(f, params, x, exclude_results=True),
+                     else None, "est_peak": m.peak_bytes,
+                     "est_work": m.peak_bytes if step else m.peak_working_bytes,
+                     "peak": peak, "work": work,
                      "gradients": grads, "recompute": m.recompute_ratio,
                      "segments": prog.graph.meta.get("checkpoint_plan", {}).get("segments", 1),
                      "times": []})
@@ -168,15 +192,21 @@ def _depths(text):
 
 def main(args):
     depths = _depths(args.depth)
+    step = getattr(args, "step", False)
     title = (f"tanh MLP, width {args.width}, batch {args.batch}, float32, "
-             f"{args.backend} backend")
+             f"{args.backend} backend" + (", SGD training step" if step else ""))
     print(f"adjit memory: {title}; time is the best of {args.repeat} interleaved steps")
-    print("peak = whole step (gradients included); besides grads = the peak of what is "
-          "allocated besides the gradients computed so far; share = of store-all's")
+    if step:
+        print("peak = whole training step: gradient and SGD update, the parameters donated "
+              "and updated in place as soon as each gradient exists (the besides-grads "
+              "columns repeat it); share = of store-all's")
+    else:
+        print("peak = whole step (gradients included); besides grads = the peak of what is "
+              "allocated besides the gradients computed so far; share = of store-all's")
     rows = []
     for d in depths:
         part = measure_depth(d, args.width, args.batch, args.backend, args.budget,
-                             args.repeat)
+                             args.repeat, step)
         lines = format_rows(part)
         print("\n".join(lines if not rows else lines[2:]), flush=True)
         rows += part
@@ -184,7 +214,8 @@ def main(args):
         for name in ("store-all", "sqrt"):
             sel = [r for r in rows if r["schedule"] == name]
             a = growth_exponent([r["depth"] for r in sel], [r["work"] for r in sel])
-            print(f"{name}: memory besides gradients grows like L^{a:.2f} "
+            what = "the whole-step peak" if step else "memory besides gradients"
+            print(f"{name}: {what} grows like L^{a:.2f} "
                   f"(fit over L = {depths[0]}..{depths[-1]})")
     if args.plot:
         try:

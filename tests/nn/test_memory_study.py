@@ -26,3 +26,21 @@ def test_study_rows_are_measured_and_agree_with_the_estimates():
     assert sqrt["recompute"] > budget["recompute"] > 0
     assert budget["peak"] <= budget["budget"]
     assert abs(memory_study.growth_exponent([4, 16], [2.0, 4.0]) - 0.5) < 1e-12
+
+
+def test_training_step_study_updates_in_place(capsys):
+    """--step: a whole SGD step with the parameters donated; checkpointing then lowers the
+    whole-step peak itself, and the estimates agree with the measurements."""
+    store, sqrt, budget = memory_study.measure_depth(16, 64, 512, repeat=1, step=True)
+    for row in (store, sqrt, budget):
+        assert abs(row["peak"] - row["est_peak"]) <= 0.1 * row["est_peak"]
+        assert row["work"] == row["peak"]
+    assert sqrt["peak"] < 0.6 * store["peak"]
+    assert budget["peak"] <= budget["budget"]
+    p = argparse.ArgumentParser()
+    memory_study.add_arguments(p)
+    args = p.parse_args(["--depth", "4,9", "--width", "32", "--batch", "64", "--repeat", "1",
+                         "--step"])
+    assert memory_study.main(args) == 0
+    out = capsys.readouterr().out
+    assert "SGD training step" in out and "the whole-step peak grows like L^" in out
