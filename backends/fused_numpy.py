@@ -51,7 +51,7 @@ def numpy_group(cg, run):
 
 
 class _Names:
-    in_place = {}
+    in_place, spare = {}, {}
 
     def __init__(self, g):
         from .codegen import Names
@@ -61,18 +61,21 @@ class _Names:
         return self.names[x]
 
 
-def scratch_bytes(g, n, in_place=()):
+def scratch_bytes(g, n, placed=None):
     """Bytes the NumPy code of fused node n allocates besides n's result while it runs: its
     temporaries, and the results of the rest of its group, made in the same statements (the
     schedule counts them at their own steps, just after). Charged to a group's first node.
-    in_place: the outputs written into donated arguments (they allocate nothing)."""
+    placed: the schedule's `Placed` (outputs written into arguments' buffers, which
+    allocate nothing, and dying arguments the temporaries may overwrite)."""
     if g[n]["op"] != "fused" or (n - 1 in g and same_group(g, n - 1, n)):
         return 0
     run = [n]
     while run[-1] + 1 in g and same_group(g, n, run[-1] + 1):
         run.append(run[-1] + 1)
     names = _Names(g)
-    names.in_place = {m: in_place[m] for m in run if m in in_place}
+    if placed:
+        names.in_place = {m: placed.in_place[m] for m in run if m in placed.in_place}
+        names.spare = {run[0]: placed.spare.get(run[0], ())}
     own = 0 if n in names.in_place else g.nbytes(n)
     return max(0, numpy_group_plan(names, run)[1] - own)
 
@@ -98,6 +101,12 @@ def numpy_group_plan(cg, run):
     val = [cg.arg(x) for x in in_nodes]          # source of every value so far
     full = [g[x]["shape"] == shape for x in in_nodes]
     temps = set()                                # values held in `_t<j>` arrays, alive
+    # arguments that die here (the schedule's `spare`): temporaries may overwrite them
+    # (read once, and not through a broadcast, whose value would share the name)
+    spare = set(cg.spare.get(run[0], ()))
+    spare = {r for r, x in enumerate(in_nodes) if x in spare and full[r]
+             and in_nodes.count(x) == 1 and not any(
+                 OPS[ins.op].fusion == "broadcast" and r in ins.args for ins in a["expr"])}
     held = {}                                    # value -> bytes of the array it holds
     live = peak = 0
     full_bytes = int(np.prod(shape, dtype=np.int64))
@@ -117,13 +126,13 @@ def numpy_group_plan(cg, run):
             full.append(False)
         else:
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
-            reuse = [r for r in ins.args if r in temps and ends.get(r) == j and full[r]
-                     and types[r][1] == types[r_j][1]]
+            reuse = [r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
+                     and full[r] and types[r][1] == types[r_j][1]]
             into = cg.in_place.get(target.get(r_j))
             rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
                                       types[r_j][1], any(full[r] for r in ins.args),
                                       r_j in target, val[reuse[0]] if reuse else None,
-                                      cg.arg(into) if into is not None else None)
+                                      into_code(cg, into))
             if into is not None:
                 held[r_j] = 0       # a donated argument's buffer: the schedule counts none
             elif new:
@@ -159,17 +168,27 @@ def numpy_group_plan(cg, run):
     return lines, peak
 
 
+def into_code(cg, x):
+    """The `out=` of a node the schedule computes into argument x's buffer (None: none): a
+    dying value's buffer always; a donated argument's when the call allows it
+    (`_rt_in_place`), else the fallback `{}` (a dying temporary's buffer, or a new array)."""
+    if x is None:
+        return None
+    if cg.g[x]["op"] == "input":
+        return cg.arg(x) + " if _rt_in_place else {}"
+    return cg.arg(x)
+
+
 def _call(cg, ins, args, shape, dtype, is_full, is_out, dying, into=None):
     """(right-hand side, is the result full-shape, is it a new array) for one instruction: a
     ufunc writing into the dying buffer `dying` when there is one, else a new array; an
-    output with a donated buffer `into` is written there when the program's arguments
-    allow it (`_rt_in_place`, see `in_place_ok`)."""
+    output the schedule puts into an argument's buffer is written there (`into_code`)."""
     from .numpy_backend import op_expression
     uf = ufunc_name(ins.op)
     if into is not None:
         other = dying if dying is not None else \
             (f"np.empty({shape}, np.{dtype.name})" if not is_full else "None")
-        return f"{uf}({', '.join(args)}, out={into} if _rt_in_place else {other})", True, False
+        return f"{uf}({', '.join(args)}, out={into.format(other)})", True, False
     if uf is not None and shape:
         if dying is not None:
             return f"{uf}({', '.join(args)}, out={dying})", True, False

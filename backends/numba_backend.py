@@ -42,12 +42,12 @@ MIN_KERNEL_SIZE = 4096
 PARALLEL_SIZE = 1 << 20
 
 
-def scratch_bytes(g, n, in_place=()):
+def scratch_bytes(g, n, placed=None):
     """Bytes node n holds besides its result while it runs, for the schedule: none for a
     kernel; a group too small for one runs as NumPy code and holds its temporaries."""
     if g[n]["op"] == "fused" and _size(g[n]["attrs"]["shape"]) >= MIN_KERNEL_SIZE:
         return 0
-    return numpy_scratch_bytes(g, n, in_place)
+    return numpy_scratch_bytes(g, n, placed)
 
 
 def why_unusable():

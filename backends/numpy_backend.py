@@ -55,7 +55,8 @@ class Codegen:
         self.namespace = {"np": np, "_rt_consts": self.consts, "_rt_attrs": self.attrs_tab,
                           "_rt_ops": {name: od.numpy for name, od in OPS.items()}}
         self.imports = ["import numpy as np"]
-        self.in_place = self.sched.in_place   # output node -> donated input it overwrites
+        self.in_place = self.sched.in_place   # node -> argument whose buffer it takes
+        self.spare = self.sched.spare         # unit -> dying arguments its temporaries take
 
     def arg(self, a):
         return self.expr.get(a, self.names[a])
@@ -123,7 +124,9 @@ class Codegen:
             return []
         from .codegen import donatable
         self.namespace["_rt_donatable"] = donatable
-        mine = set(self.in_place.values())
+        mine = {x for x in self.in_place.values() if self.g[x]["op"] == "input"}
+        if not mine:
+            return []
         donated = "".join(self.names[i] + ", " for i in self.g.inputs if i in mine)
         rest = "".join(self.names[i] + ", " for i in self.g.inputs if i not in mine)
         return [comment("donated arguments are overwritten by results (`out=`) when they are "
@@ -133,11 +136,11 @@ class Codegen:
     def emit_node(self, n):
         g = self.g
         if n in self.in_place:
-            from .fused_numpy import ufunc_name
+            from .fused_numpy import into_code, ufunc_name
             args = ", ".join(self.arg(a) for a in g.args(n))
-            into = self.names[self.in_place[n]]
+            into = into_code(self, self.in_place[n]).format("None")
             return [node_comment(g, n), f"{self.names[n]} = {ufunc_name(g[n]['op'])}({args}, "
-                    f"out={into} if _rt_in_place else None)"]
+                    f"out={into})"]
         rhs = _expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab)
         if n in g.outputs and g[n]["op"] == "broadcast_to":
             rhs = f"np.array({rhs})"  # a broadcast view is read-only; results must be writable

@@ -16,6 +16,7 @@ instead of every gradient living until the end of the backward pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..ir.graph import Graph
 from ..ir.ops import OPS
@@ -33,7 +34,16 @@ class Schedule:
     notes: dict = field(default_factory=dict)
     result_bytes: list = field(default_factory=list)  # of live_bytes, results (kept to the end)
     peak_working_bytes: int = 0                        # max of live_bytes - result_bytes
-    in_place: dict = field(default_factory=dict)       # output node -> input it overwrites
+    in_place: dict = field(default_factory=dict)       # node -> argument whose buffer it takes
+    spare: dict = field(default_factory=dict)          # unit's first node -> dying arguments
+                                                       # its temporaries may overwrite
+
+
+class Placed(NamedTuple):
+    """What a backend's `scratch_bytes` is told of the placement: nodes computed into
+    arguments' buffers, and per unit the dying arguments its temporaries may overwrite."""
+    in_place: dict
+    spare: dict
 
 
 def kind(op) -> str:
@@ -74,12 +84,19 @@ def is_view(g: Graph, n, memo=None) -> bool:
     return True
 
 
-def buffers(g: Graph, nodes) -> tuple[dict, dict]:
-    """(base, alloc): the node whose buffer each node uses, and the bytes each allocates."""
+def buffers(g: Graph, nodes, in_place=None) -> tuple[dict, dict]:
+    """(base, alloc): the node whose buffer each node uses, and the bytes each allocates.
+    in_place: {node: argument} nodes computed into an argument's buffer (a donated input's,
+    which stays the node's own for liveness, or a dying value's, which it takes over)."""
     memo, base, alloc = {}, {}, {}
+    in_place = in_place or {}
     for n in nodes:
         d = g[n]
-        if kind(d["op"]) == "source":
+        if n in in_place:
+            x = in_place[n]
+            base[n] = n if g[x]["op"] == "input" else base[x]
+            alloc[n] = 0
+        elif kind(d["op"]) == "source":
             base[n], alloc[n] = n, 0
         elif is_view(g, n, memo):
             base[n], alloc[n] = base[d["args"][0]], 0
@@ -95,32 +112,21 @@ def order_nodes(g: Graph) -> list:
     return g.nodes()
 
 
-def analyze(g: Graph, order=None, scratch=None, in_place=None) -> Schedule:
+def analyze(g: Graph, order=None, scratch=None, in_place=None, spare=None) -> Schedule:
     """Last uses, free points and the live bytes of every step of `order` (default: ids).
 
-    scratch(g, n[, in_place]) -> bytes a node allocates only while it runs, besides its
+    scratch(g, n[, placed]) -> bytes a node allocates only while it runs, besides its
     result (the temporaries of a backend's fused group); the backend supplies it
-    (`scratch_bytes`). in_place: {output node: input node} results written into a donated input's buffer
-    (checked by `in_place_pairs`); they allocate nothing.
+    (`scratch_bytes`). in_place: {node: argument} nodes computed into a donated input's
+    buffer (`in_place_pairs`) or a dying argument's (`reuse_dying`); they allocate nothing.
+    spare: {unit's first node: arguments} dying arguments the unit's temporaries may use.
     """
     order = list(order or order_nodes(g))
-    pos = {n: i for i, n in enumerate(order)}
-    base, alloc = buffers(g, order)
-    for o in in_place or ():
-        alloc[o] = 0
+    in_place, spare = in_place or {}, spare or {}
+    placed = Placed(in_place, spare) if in_place or spare else None
+    base, alloc = buffers(g, order, in_place)
+    last_use = last_uses(g, order, base, in_place)
     end = len(order)
-    last_use = {n: pos[n] for n in order}
-    for n in order:
-        for a in g.args(n):
-            last_use[a] = max(last_use[a], pos[n])
-    for o in g.outputs:
-        last_use[o] = end
-    for n in reversed(order):
-        if base[n] != n and alloc[n] == 0 and g[n]["op"] != "input":
-            # a view keeps its argument's name alive too: backends may spell the view with
-            # it (NumPy broadcasts implicitly) and the buffer is alive anyway
-            a = g.args(n)[0]
-            last_use[a] = max(last_use[a], last_use[n])
     buf_end = {}
     for n in order:
         b = base[n]
@@ -138,7 +144,7 @@ def analyze(g: Graph, order=None, scratch=None, in_place=None) -> Schedule:
         cur += alloc[n]
         if base[n] == n and buf_end[n] == end:
             res += alloc[n]
-        now = cur + (_scratch(scratch, g, n, in_place) if scratch is not None else 0)
+        now = cur + (_scratch(scratch, g, n, placed) if scratch is not None else 0)
         live.append(now)
         results.append(res)
         peak = max(peak, now)
@@ -146,32 +152,119 @@ def analyze(g: Graph, order=None, scratch=None, in_place=None) -> Schedule:
         cur -= free_bytes.get(i, 0)
     return Schedule(order, last_use, frees, alloc, base, live, peak,
                     result_bytes=results, peak_working_bytes=work,
-                    in_place=dict(in_place or {}))
+                    in_place=dict(in_place), spare=dict(spare))
 
 
-def _scratch(scratch, g, n, in_place):
-    """The backend's scratch bytes of n; it is told which outputs go into donated buffers."""
-    return scratch(g, n, in_place) if in_place else scratch(g, n)
+def last_uses(g: Graph, order, base, in_place=()) -> dict:
+    """node -> step of its last reader (outputs: the end). A view keeps its argument's name
+    alive too: backends may spell the view with it (NumPy broadcasts implicitly) and the
+    buffer is alive anyway."""
+    pos = {n: i for i, n in enumerate(order)}
+    end = len(order)
+    last_use = dict(pos)
+    for n in order:
+        for a in g.args(n):
+            last_use[a] = max(last_use[a], pos[n])
+    for o in g.outputs:
+        last_use[o] = end
+    for n in reversed(order):
+        if base[n] != n and n not in in_place and g[n]["op"] != "input":
+            a = g.args(n)[0]
+            last_use[a] = max(last_use[a], last_use[n])
+    return last_use
+
+
+def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
+    """(in_place, spare): {node: argument} nodes the backend computes into the buffer of an
+    argument that dies where they are computed (no other name of that buffer is read later,
+    and it is not a result), so they allocate nothing; {unit's first node: arguments} the
+    other such arguments, whose buffers the unit's temporaries may take. taken: pairs
+    already decided (donations)."""
+    taken = dict(taken or {})
+    base, alloc = buffers(g, order, taken)
+    last_use = last_uses(g, order, base, taken)
+    members, got, spare = {}, {}, {}
+    step = 0
+
+    def dying(x, last):
+        b = base[x]
+        return x not in g.outputs and kind(g[x]["op"]) not in ("view", "source") and \
+            alloc.get(b) and not any(m in g.outputs or last_use[m] > last
+                                     for m in members.get(b, []))
+    for unit in units(g, order):
+        last = step + len(unit) - 1
+        used = set()
+        for n in unit:
+            if n in taken:
+                continue
+            for x in _by_preference(g, n):
+                if base[x] in used or g[x]["shape"] != g[n]["shape"] \
+                        or g[x]["dtype"] != g[n]["dtype"] or not dying(x, last) \
+                        or not in_place_ok(g, n, x):
+                    continue
+                got[n] = x
+                used.add(base[x])
+                break
+        if g[unit[0]]["op"] == "fused":
+            rest = tuple(x for x in dict.fromkeys(g.args(unit[0]))
+                         if base[x] not in used and dying(x, last))
+            if rest:
+                spare[unit[0]] = rest
+        for n in unit:
+            if n in got:
+                base[n] = base[got[n]]
+                alloc[n] = 0
+            members.setdefault(base[n], []).append(n)
+        step = last + 1
+    return got, spare
+
+
+def _by_preference(g: Graph, n) -> list:
+    """n's distinct arguments, those its own last instruction reads first (for a fused
+    group): an argument read only earlier in the group is better left to the temporaries."""
+    args = list(dict.fromkeys(g.args(n)))
+    d = g[n]
+    if d["op"] != "fused":
+        return args
+    a = d["attrs"]
+    ref = a["outputs"][a["output"]][0]
+    n_in = len(d["args"])
+    if ref < n_in:
+        return args
+    direct = {d["args"][r] for r in a["expr"][ref - n_in].args if r < n_in}
+    return sorted(args, key=lambda x: x not in direct)
+
+
+def _scratch(scratch, g, n, placed):
+    """The backend's scratch bytes of n, told the placement (`Placed`) when there is one."""
+    return scratch(g, n, placed) if placed else scratch(g, n)
 
 
 def plan(g: Graph, order=None, scratch=None, donate_argnums=(), in_place_ok=None) -> Schedule:
-    """The schedule of g (see `analyze`). donate_argnums: arguments whose buffers results
-    may take (passes/donation.py); in_place_ok(g, output, input): can the backend compute
-    that output into that input's buffer? Valid pairs are written in place, and their
-    updates run as early as they can (module docstring)."""
+    """The schedule of g (see `analyze`). in_place_ok(g, node, argument): can the backend
+    compute that node into that argument's buffer? With it, nodes take the buffers of
+    arguments that die there (`reuse_dying`), and results shaped like the donated arguments
+    (donate_argnums, passes/donation.py) are written into them when no one reads those
+    later; such updates run as early as they can (module docstring)."""
     order = list(order or order_nodes(g))
+    if in_place_ok is None:
+        return analyze(g, order, scratch)
     ok = {}
-    if donate_argnums and in_place_ok is not None:
+    if donate_argnums:
         from .donation import candidates
         ok = {o: i for o, i in candidates(g, donate_argnums).items() if in_place_ok(g, o, i)}
-    if not ok:
-        return analyze(g, order, scratch)
-    best = analyze(g, order, scratch, in_place_pairs(g, order, ok))
-    moved = hoist_updates(g, order, ok, scratch)
-    if moved != order:
-        s = analyze(g, moved, scratch, in_place_pairs(g, moved, ok))
-        if s.peak_bytes <= best.peak_bytes:
-            best = s
+
+    def in_order(order):
+        donated = in_place_pairs(g, order, ok)
+        reused, spare = reuse_dying(g, order, in_place_ok, donated)
+        return analyze(g, order, scratch, {**donated, **reused}, spare)
+    best = in_order(order)
+    if ok:
+        moved = hoist_updates(g, order, ok, scratch)
+        if moved != order:
+            s = in_order(moved)
+            if s.peak_bytes <= best.peak_bytes:
+                best = s
     return best
 
 
@@ -254,7 +347,8 @@ def hoist_updates(g: Graph, order, candidates, scratch=None) -> list:
         if not targets:
             continue
         alloc = sum(sched.alloc[n] for n in unit) + \
-            (_scratch(scratch, g, unit[0], sched.in_place) if scratch is not None else 0)
+            (_scratch(scratch, g, unit[0], Placed(sched.in_place, {}))
+             if scratch is not None else 0)
         freed = sum(sched.alloc.get(b, 0) for n in unit for b in dies_at.get(n, ()))
         if alloc > freed:
             continue

@@ -1,8 +1,9 @@
-"""Donated arguments on the NumPy backend: results written into the arguments' buffers (`out=`)
-are bit-identical to new arrays; each in-place update runs as soon as its gradient exists, so
-a training step's peak no longer holds every gradient (the estimate still matches the
-measurement); arguments that alias, are read-only, or are still read later are not
-overwritten early; random programs agree with and without donation."""
+"""Writing into existing buffers on the NumPy backend. Donated arguments: results written
+into the arguments' buffers (`out=`) are bit-identical to new arrays; each in-place update runs
+as soon as its gradient exists, so a training step's peak no longer holds every gradient (the
+estimate still matches the measurement); arguments that alias, are read-only, or are still
+read later are not overwritten; random programs agree with and without donation. Dying
+values: a fused group writes its result and temporaries into arguments that die there."""
 import numpy as np
 import pytest
 
@@ -215,3 +216,37 @@ def test_memory_budget_of_a_training_step_counts_updates_in_place():
     assert m.recompute_ratio < progs["sqrt"].lower(p, x).memory.recompute_ratio
     assert adjit.measure_peak_memory(f, copies(p), x) <= budget
     same_bits(f(copies(p), x), adjit.compile(tanh_sgd, backend="numpy")(p, x))
+
+
+# -- dying values ----------------------------------------------------------------------------------
+def test_tanh_backward_allocates_nothing_new():
+    """`g * (1 - h * h)` runs in the buffers of g and h, which die there."""
+    p, x = tanh_problem(3, 64, 32)
+    src = adjit.grad(tanh_mlp, backend="numpy").lower(p, x).source
+    body = src[src.index("# backward"):]
+    lines = [ln.strip() for ln in body.splitlines()]
+    k = next(i for i, ln in enumerate(lines) if ln.startswith("_t0 = np.multiply("))
+    end = next(i for i in range(k, len(lines)) if lines[i].startswith("v"))
+    calls = [ln for ln in lines[k:end + 1] if "= np." in ln and not ln.startswith("#")]
+    assert len(calls) == 3 and all("out=" in ln for ln in calls), calls
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: np.sum(np.exp(a) * np.tanh(a) + b),            # an argument read twice
+    lambda a, b: np.sum((a * b) * (a * b).T),                   # a value read through a view
+    lambda a, b: np.sum(np.maximum(a, 0) * a + np.exp(b) * b),
+    lambda a, b: np.sum(np.sin(a @ b) * (a @ b)),
+    lambda a, b: np.sum(a[:, :1] * np.cos(a) + b[0]),           # broadcast of a sliced value
+], ids=["twice", "view", "relu", "matmul", "broadcast"])
+def test_dying_value_reuse_equals_new_arrays(fn):
+    """The schedule's reuse of dying buffers changes no bit: with fusion (groups reuse) and
+    without (elementwise ufuncs reuse), against NumPy itself and the gradients."""
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(5, 5)), rng.normal(size=(5, 5))
+    got = adjit.value_and_grad(fn, argnums=(0, 1), backend="numpy")(a, b)
+    assert got[0] == fn(a, b)
+    for fuse in (False, True):
+        other = adjit.value_and_grad(fn, argnums=(0, 1), backend="numpy", fuse=fuse)(a, b)
+        for x, y in zip(leaves(other), leaves(got)):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15)
+    assert adjit.gradcheck(fn, a, b) < 1e-5      # central differences near zero entries
