@@ -1,39 +1,64 @@
-"""np.einsum for one or two operands, lowered to transpose, sum, reshape and one batched matmul.
+"""np.einsum lowered to transpose, sum, reshape and batched matmuls, two operands at a time.
 
 Letters in both operands and the output are batch axes, in both but not the output are
 contracted (the matmul's inner axis), in one operand only are free (or summed first when the
-output lacks them). The result is ordinary IR, so it differentiates like any other.
+output lacks them). A letter repeated in one operand takes a diagonal; '...' becomes letters;
+three or more operands contract left to right. The result is ordinary IR.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.errors import UnsupportedError, ShapeError
+from ..ir.errors import ShapeError
 from . import functions as F
 from .tracer import _at, user_where
 
 
-def _parse(subscripts, n):
+def _parse(subscripts, shapes):
     s = subscripts.replace(" ", "")
-    if "..." in s:
-        raise UnsupportedError(f"np.einsum with '...'{_at(user_where())}; write the axes out")
-    if "->" in s:
-        ins, out = s.split("->")
-    else:
-        ins = s
-        letters = ins.replace(",", "")
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    ins, out = s.split("->") if "->" in s else (s, None)
     ins = ins.split(",")
-    if len(ins) != n:
-        raise ShapeError(f"np.einsum: {len(ins)} subscripts for {n} operands{_at(user_where())}")
+    if len(ins) != len(shapes):
+        raise ShapeError(f"np.einsum: {len(ins)} subscripts for {len(shapes)} operands"
+                         f"{_at(user_where())}")
+    free = [c for c in _SPARE if c not in s]
+    n_ell = max([len(shp) - len(sub.replace("...", "")) for sub, shp in zip(ins, shapes)
+                 if "..." in sub] or [0])
+    ell = "".join(free[:n_ell])
+    # '...' stands for the trailing letters of `ell` that this operand's rank leaves room for
+    ins = [sub.replace("...", ell[n_ell - (len(shp) - len(sub.replace("...", ""))):]
+                       if len(shp) > len(sub.replace("...", "")) else "")
+           for sub, shp in zip(ins, shapes)]
+    if out is None:
+        letters = "".join(ins)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1
+                                   and c not in ell))
+    else:
+        out = out.replace("...", ell)
     return ins, out
 
 
+_SPARE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _diagonals(x, sub):
+    """Take the diagonal for each letter repeated in one operand ('ii->i', 'ii->')."""
+    while len(set(sub)) != len(sub):
+        c = next(ch for ch in sub if sub.count(ch) > 1)
+        p, q = [i for i, ch in enumerate(sub) if ch == c][:2]
+        rest = [i for i in range(len(sub)) if i not in (p, q)]
+        x = F.transpose(x, rest + [p, q])
+        n = F._shape_of(x)[-1]
+        if F._shape_of(x)[-2] != n:
+            raise ShapeError(f"np.einsum: repeated index '{c}' on axes of different sizes"
+                             f"{_at(user_where())}")
+        x = F.getitem(x, (Ellipsis, np.arange(n), np.arange(n)))
+        sub = "".join(sub[i] for i in rest) + c
+    return x, sub
+
+
 def _reduce_alone(x, sub, keep):
-    """Sum out letters of x that appear nowhere else; take diagonals of repeated letters."""
-    if len(set(sub)) != len(sub):
-        raise UnsupportedError(f"np.einsum with a repeated index in one operand ({sub})"
-                               f"{_at(user_where())}")
+    """Sum out letters of x that appear nowhere else."""
     axes = tuple(i for i, c in enumerate(sub) if c not in keep)
     if axes:
         x = F.sum(x, axis=axes)
@@ -42,18 +67,29 @@ def _reduce_alone(x, sub, keep):
 
 
 def einsum(subscripts, *ops):
-    if len(ops) not in (1, 2):
-        raise UnsupportedError(f"np.einsum with {len(ops)} operands{_at(user_where())}; "
-                               "chain two-operand einsums instead")
-    ins, out = _parse(subscripts, len(ops))
+    if not ops:
+        raise ShapeError(f"np.einsum needs at least one operand{_at(user_where())}")
+    ins, out = _parse(subscripts, [F._shape_of(x) for x in ops])
     for sub, x in zip(ins, ops):
         if len(sub) != len(F._shape_of(x)):
             raise ShapeError(f"np.einsum: '{sub}' has {len(sub)} letters for an operand of "
                              f"shape {F._shape_of(x)}{_at(user_where())}")
+    ops, ins = list(ops), list(ins)
+    for k in range(len(ops)):
+        ops[k], ins[k] = _diagonals(ops[k], ins[k])
     if len(ops) == 1:
         x, sub = _reduce_alone(ops[0], ins[0], set(out))
         return F.transpose(x, [sub.index(c) for c in out]) if sub != out else x
-    (a, b), (sa, sb) = ops, ins
+    while len(ops) > 2:
+        # contract the first two, keeping the letters that the rest or the output still need
+        later = set(out).union(*[set(t) for t in ins[2:]])
+        mid = "".join(dict.fromkeys(c for c in ins[0] + ins[1] if c in later))
+        ops[:2] = [_pair(ops[0], ops[1], ins[0], ins[1], mid)]
+        ins[:2] = [mid]
+    return _pair(ops[0], ops[1], ins[0], ins[1], out)
+
+
+def _pair(a, b, sa, sb, out):
     a, sa = _reduce_alone(a, sa, set(out) | set(sb))
     b, sb = _reduce_alone(b, sb, set(out) | set(sa))
     batch = [c for c in sa if c in sb and c in out]

@@ -110,6 +110,13 @@ def tanh(x): return _elementwise("tanh", [x], float_only=True)
 def sqrt(x): return _elementwise("sqrt", [x], float_only=True)
 def abs(x): return _elementwise("abs", [x])  # noqa: A001 - NumPy's name
 def sign(x): return _elementwise("sign", [x])
+def arctan(x): return _elementwise("arctan", [x], float_only=True)
+def arcsin(x): return _elementwise("arcsin", [x], float_only=True)
+def arccos(x): return _elementwise("arccos", [x], float_only=True)
+def arcsinh(x): return _elementwise("arcsinh", [x], float_only=True)
+def arccosh(x): return _elementwise("arccosh", [x], float_only=True)
+def arctanh(x): return _elementwise("arctanh", [x], float_only=True)
+def arctan2(y, x): return _elementwise("arctan2", [y, x], float_only=True)
 
 
 def stop_gradient(x):
@@ -353,8 +360,13 @@ def scatter_add(g, idx, key, shape):
 
 def getitem(x, key):
     """x[key]: basic indexing becomes a `slice` view, integer arrays a `gather`."""
+    if not isinstance(x, Tracer):
+        ctx = _ctx(key if isinstance(key, tuple) else (key,))
+        if ctx is None:
+            return np.asarray(x)[key]
+        x = lift(x, np.asarray(x).dtype, ctx)
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
-                for k in _norm_index(key, x.ndim))
+                for k in _norm_index(_static_masks(key), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
         arrays, tkey = [], []
         for k in key:
@@ -395,6 +407,18 @@ def getitem(x, key):
     if all(isinstance(k, slice) and k == slice(None) for k in key):
         return x
     return slice_(x, key)
+
+
+def _static_masks(key):
+    """A constant boolean mask selects a known set of elements: its nonzero() index arrays."""
+    key = key if isinstance(key, tuple) else (key,)
+    out = []
+    for k in key:
+        if isinstance(k, (np.ndarray, list)) and np.asarray(k).dtype == np.bool_:
+            out.extend(np.nonzero(np.asarray(k)))
+        else:
+            out.append(k)
+    return tuple(out)
 
 
 def _static_int(k):
@@ -524,6 +548,17 @@ def argmax(x, axis=None):
     return x.ctx.emit("argmax", [x], {"axis": _norm_axes((axis,), x.ndim, "argmax")[0]})
 
 
+def argsort(x, axis=-1):
+    """Indices that sort x along `axis` (stable; an integer array: no gradient)."""
+    if not isinstance(x, Tracer):
+        return np.argsort(x, axis=axis, kind="stable")
+    if axis is None:
+        x, axis = ravel(x), 0
+    if x.ndim == 0:
+        x = reshape(x, (1,))
+    return x.ctx.emit("argsort", [x], {"axis": _norm_axes((axis,), x.ndim, "argsort")[0]})
+
+
 def argmin(x, axis=None):
     return argmax(neg(x), axis)
 
@@ -645,7 +680,8 @@ def outer(x, y):
 
 
 def inner(x, y):
-    return sum(mul(x, y), axis=-1)
+    from .composites import inner as _inner
+    return _inner(x, y)
 
 
 # -- constants --------------------------------------------------------------------------------

@@ -5,9 +5,15 @@ them raises UnsupportedError naming the NumPy function and the user's line.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import math
+import threading
+
 import numpy as np
 
 from ..ir.errors import UnsupportedError
+from . import composites as C
 from . import functions as F
 from .tracer import Tracer, _at, user_where
 
@@ -21,18 +27,131 @@ UFUNCS = {
     np.exp2: lambda x: F.exp(F.mul(x, _LN2)), np.log: F.log, np.log1p: F.log1p,
     np.log2: lambda x: F.div(F.log(x), _LN2), np.log10: lambda x: F.div(F.log(x), _LN10),
     np.sin: F.sin, np.cos: F.cos, np.tan: lambda x: F.div(F.sin(x), F.cos(x)),
-    np.tanh: F.tanh, np.sinh: lambda x: F.mul(F.sub(F.exp(x), F.exp(F.neg(x))), 0.5),
-    np.cosh: lambda x: F.mul(F.add(F.exp(x), F.exp(F.neg(x))), 0.5),
+    np.tanh: F.tanh, np.sinh: C.sinh, np.cosh: C.cosh,
+    np.arctan: F.arctan, np.arcsin: F.arcsin, np.arccos: F.arccos, np.arcsinh: F.arcsinh,
+    np.arccosh: F.arccosh, np.arctanh: F.arctanh, np.arctan2: F.arctan2, np.hypot: C.hypot,
+    np.cbrt: C.cbrt, np.deg2rad: lambda x: F.mul(x, math.pi / 180),
+    np.radians: lambda x: F.mul(x, math.pi / 180), np.rad2deg: lambda x: F.mul(x, 180 / math.pi),
+    np.degrees: lambda x: F.mul(x, 180 / math.pi), np.logaddexp2: C.logaddexp2,
+    np.copysign: C.copysign, np.heaviside: C.heaviside, np.isnan: C.isnan, np.isinf: C.isinf,
+    np.isfinite: C.isfinite, np.logical_and: C.logical_and, np.logical_or: C.logical_or,
+    np.logical_xor: C.logical_xor, np.conjugate: lambda x: x,
+    np.bitwise_and: lambda x, y: _bitwise("&", C.logical_and, x, y),
+    np.bitwise_or: lambda x, y: _bitwise("|", C.logical_or, x, y),
+    np.bitwise_xor: lambda x, y: _bitwise("^", C.logical_xor, x, y),
+    np.invert: lambda x: _bitwise("~", lambda a, b: C.logical_not(a), x, False),
     np.sqrt: F.sqrt, np.square: lambda x: F.mul(x, x), np.abs: F.abs, np.fabs: F.abs,
     np.sign: F.sign, np.reciprocal: lambda x: F.div(1.0, x),
     np.greater: F.gt, np.greater_equal: F.ge, np.less: F.lt, np.less_equal: F.le,
     np.equal: F.eq, np.not_equal: F.ne, np.matmul: F.matmul,
-    np.logaddexp: lambda x, y: F.add(F.maximum(x, y),
-                                     F.log1p(F.exp(F.neg(F.abs(F.sub(x, y)))))),
+    np.logaddexp: C.logaddexp,
     np.floor: F.floor, np.ceil: F.ceil, np.rint: F.round_,
-    np.logical_not: lambda x: F.eq(x, False) if x.dtype == np.bool_ else F.eq(x, 0),
+    np.logical_not: C.logical_not,
 }
-_REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min}
+_REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod}
+_ACCUMULATE = {np.add: F.cumsum, np.multiply: C.cumprod}
+
+
+def _bitwise(sym, logical, x, y):
+    if all(F._dtype_of(v) == np.bool_ or isinstance(v, bool) for v in (x, y)):
+        return logical(x, y)
+    raise UnsupportedError(f"bitwise {sym} on {F._dtype_of(x)} arrays{_at(user_where())}; "
+                           "adjit supports &, |, ^ and ~ on boolean masks only")
+
+
+def _no_out(name, out, where=None):
+    if out is not None:
+        raise UnsupportedError(f"np.{name}(..., out=...) writes in place, which a traced "
+                               f"function cannot do{_at(user_where())}; assign the result")
+    if where is not None:
+        raise UnsupportedError(f"np.{name}(..., where=...){_at(user_where())}; use "
+                               "np.where on the argument instead")
+
+
+# -- reductions with NumPy's signatures (shared by the functions and the methods) -----------
+def _masked(a, where, fill):
+    return a if where is None else F.where(where, a, F.full_like(a, fill))
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no_out("sum", out)
+    s = F.sum(_masked(a, where, 0), axis, keepdims, dtype)
+    return s if initial is None else F.add(s, initial)
+
+
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no_out("prod", out)
+    return C.prod(_masked(a, where, 1), axis, keepdims, dtype, initial)
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    _no_out("mean", out)
+    if where is None:
+        return F.mean(a, axis, keepdims, dtype)
+    a = F.cast(a, dtype) if dtype is not None else a
+    count = F.sum(F.broadcast_to(F.cast(where, F.result_dtype(a, 1.0)), F._shape_of(a)),
+                  axis, keepdims)
+    return F.div(_sum(a, axis, None, None, keepdims, None, where), count)
+
+
+def _extreme(name, reduce, combine):
+    def fn(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+        _no_out(name, out)
+        if where is not None:
+            if initial is None:
+                raise UnsupportedError(f"np.{name}(..., where=...) needs initial=..., as in "
+                                       f"NumPy{_at(user_where())}")
+            a = _masked(a, where, initial)
+        r = reduce(a, axis, keepdims)
+        return r if initial is None else combine(r, initial)
+    return fn
+
+
+_max = _extreme("max", F.max, F.maximum)
+_min = _extreme("min", F.min, F.minimum)
+
+
+def _moment(name, fn):
+    def moment(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+               mean=None, correction=None):
+        _no_out(name, out, where)
+        if mean is not None:
+            raise UnsupportedError(f"np.{name}(..., mean=...){_at(user_where())}")
+        a = F.cast(a, dtype) if dtype is not None else a
+        return fn(a, axis, keepdims, ddof if correction is None else correction)
+    return moment
+
+
+_var, _std = _moment("var", F.var), _moment("std", F.std)
+
+
+def _cumsum(a, axis=None, dtype=None, out=None):
+    _no_out("cumsum", out)
+    return F.cumsum(F.cast(a, dtype) if dtype is not None else a, axis)
+
+
+def _cumprod(a, axis=None, dtype=None, out=None):
+    _no_out("cumprod", out)
+    return C.cumprod(a, axis, dtype)
+
+
+def _argmax(a, axis=None, out=None, *, keepdims=False, neg=False):
+    _no_out("argmax", out)
+    r = (F.argmin if neg else F.argmax)(a, axis)
+    if keepdims:
+        shape = F._shape_of(a)
+        r = F.reshape(r, tuple(1 if axis is None or i == axis % len(shape) else d
+                               for i, d in enumerate(shape)))
+    return r
+
+
+def _reshape(a, *shape, order="C", **kw):
+    if order != "C":
+        raise UnsupportedError(f"reshape with order={order!r}{_at(user_where())}")
+    shape = kw.get("shape", kw.get("newshape", shape))
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return F.reshape(a, tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
 
 
 def _clip(x, a_min=None, a_max=None, **kw):
@@ -45,10 +164,30 @@ def _clip(x, a_min=None, a_max=None, **kw):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (ord == 2 and axis is None and len(F._shape_of(x)) > 1):
-        raise UnsupportedError(f"np.linalg.norm with ord={ord!r}{_at(user_where())}; only the "
-                               "Euclidean/Frobenius norm is supported")
-    return F.sqrt(F.sum(F.mul(x, x), axis=axis, keepdims=keepdims))
+    """np.linalg.norm: vector p-norms, and the Frobenius, 1 and inf norms of matrices."""
+    nd = len(F._shape_of(x))
+    axes = F._axes(x, axis) if axis is not None else tuple(range(nd))
+    if ord is None or (ord == "fro" and len(axes) == 2) or (ord == 2 and len(axes) == 1):
+        return F.sqrt(F.sum(F.mul(x, x), axis=axes, keepdims=keepdims))
+    a = F.abs(x)
+    if len(axes) == 2 and ord in (1, -1, math.inf, -math.inf):
+        r, c = F._norm_axes(axis, nd, "norm") if axis is not None else axes
+        s = F.sum(a, axis=r if ord in (1, -1) else c, keepdims=True)
+        pick = F.max if ord in (1, math.inf) else F.min
+        return pick(s, axis=(r, c), keepdims=keepdims)
+    if len(axes) != 1 or isinstance(ord, str):
+        raise UnsupportedError(f"np.linalg.norm with ord={ord!r} over {len(axes)} axes"
+                               f"{_at(user_where())}; supported: vector p-norms and the "
+                               "matrix norms None, 'fro', 1, -1, inf, -inf")
+    if ord == math.inf:
+        return F.max(a, axis=axes, keepdims=keepdims)
+    if ord == -math.inf:
+        return F.min(a, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return F.cast(C.count_nonzero(x, axes, keepdims), F.result_dtype(x, 1.0))
+    if ord == 1:
+        return F.sum(a, axis=axes, keepdims=keepdims)
+    return F.power(F.sum(F.power(a, ord), axis=axes, keepdims=keepdims), 1.0 / ord)
 
 
 def _average(a, axis=None, weights=None):
@@ -57,26 +196,94 @@ def _average(a, axis=None, weights=None):
     return F.div(F.sum(F.mul(a, weights), axis), F.sum(F.mul(F.ones_like(a), weights), axis))
 
 
+def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no_out("concatenate", out)
+    if axis is None:
+        arrays, axis = [F.ravel(a) for a in arrays], 0
+    r = F.concatenate(arrays, axis)
+    return F.cast(r, dtype) if dtype is not None else r
+
+
+def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no_out("stack", out)
+    r = F.stack(arrays, axis)
+    return F.cast(r, dtype) if dtype is not None else r
+
+
+def _where(condition, *xy):
+    if len(xy) != 2:
+        raise UnsupportedError(f"np.where(condition) with one argument returns indices whose "
+                               f"number depends on the data{_at(user_where())}; use "
+                               "np.where(condition, x, y)")
+    return F.where(condition, *xy)
+
+
+def _einsum(subscripts, *operands, optimize=False, **kw):
+    _no_out("einsum", kw.pop("out", None))
+    if kw:
+        _unsupported(f"einsum with arguments {sorted(kw)}")
+    return F.einsum(subscripts, *operands)
+
+
+def _dot(a, b, out=None):
+    _no_out("dot", out)
+    if len(F._shape_of(a)) > 2 or len(F._shape_of(b)) > 2:
+        # np.dot of N-d arrays sums over a's last axis and b's second-to-last
+        return C.tensordot(a, b, ([-1], [-2 if len(F._shape_of(b)) > 1 else -1]))
+    return F.dot(a, b)
+
+
+def _rot90(m, k=1, axes=(0, 1)):
+    k %= 4
+    a0, a1 = axes
+    if k == 0:
+        return m
+    if k == 2:
+        return F.flip(F.flip(m, a0), a1)
+    return F.flip(F.swapaxes(m, a0, a1), a0) if k == 1 else F.swapaxes(F.flip(m, a0), a0, a1)
+
+
+def _append(arr, values, axis=None):
+    if axis is None:
+        return F.concatenate([F.ravel(arr), F.ravel(values)], 0)
+    return F.concatenate([arr, values], axis)
+
+
 FUNCTIONS = {
-    np.sum: F.sum, np.mean: F.mean, np.max: F.max, np.amax: F.max, np.min: F.min,
-    np.amin: F.min, np.var: F.var, np.std: F.std, np.dot: F.dot, np.matmul: F.matmul,
+    np.sum: _sum, np.mean: _mean, np.max: _max, np.amax: _max, np.min: _min,
+    np.amin: _min, np.var: _var, np.std: _std, np.dot: _dot, np.matmul: F.matmul,
     np.vdot: lambda a, b: F.sum(F.mul(F.ravel(a), F.ravel(b))), np.outer: F.outer,
-    np.inner: F.inner, np.transpose: F.transpose, np.reshape: F.reshape,
-    np.where: F.where, np.clip: _clip, np.squeeze: F.squeeze, np.expand_dims: F.expand_dims,
-    np.broadcast_to: F.broadcast_to, np.concatenate: F.concatenate, np.stack: F.stack,
-    np.hstack: lambda xs: F.concatenate(xs, axis=0 if len(F._shape_of(xs[0])) == 1 else 1),
-    np.vstack: lambda xs: F.concatenate([F.reshape(x, (1, -1)) if len(F._shape_of(x)) == 1
-                                         else x for x in xs], axis=0),
+    np.inner: C.inner, np.transpose: F.transpose, np.reshape: _reshape,
+    np.where: _where, np.clip: _clip, np.squeeze: F.squeeze, np.expand_dims: F.expand_dims,
+    np.broadcast_to: F.broadcast_to, np.concatenate: _concatenate, np.stack: _stack,
+    np.hstack: C.hstack, np.vstack: C.vstack, np.dstack: C.dstack,
+    np.column_stack: C.column_stack, np.atleast_1d: C.atleast_1d, np.atleast_2d: C.atleast_2d,
+    np.atleast_3d: C.atleast_3d, np.split: C.split, np.array_split: C.array_split,
+    np.hsplit: C.hsplit, np.vsplit: C.vsplit, np.dsplit: C.dsplit, np.moveaxis: C.moveaxis,
     np.swapaxes: F.swapaxes, np.ravel: F.ravel, np.take_along_axis: F.take_along_axis,
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
-    np.full_like: F.full_like, np.average: _average,
+    np.empty_like: F.zeros_like, np.full_like: F.full_like, np.average: _average,
     np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size,
     np.result_type: lambda *xs: F.result_dtype(*xs),
-    np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: F.cumsum,
-    np.flip: F.flip, np.argmax: F.argmax, np.argmin: F.argmin, np.diag: F.diag,
-    np.diagonal: F.diagonal, np.trace: F.trace_, np.tile: F.tile, np.repeat: F.repeat,
-    np.einsum: F.einsum, np.fliplr: lambda x: F.flip(x, 1), np.flipud: lambda x: F.flip(x, 0),
+    np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: _cumsum,
+    np.cumprod: _cumprod, np.prod: _prod, np.sort: C.sort, np.argsort: F.argsort,
+    np.median: C.median, np.ptp: C.ptp, np.roll: C.roll, np.pad: C.pad, np.take: C.take,
+    np.diff: C.diff, np.tensordot: C.tensordot, np.kron: C.kron, np.triu: C.triu,
+    np.tril: C.tril, np.linalg.matrix_power: C.matrix_power, np.convolve: C.convolve,
+    np.correlate: C.correlate, np.nansum: C.nansum, np.nanmean: C.nanmean,
+    np.nanmax: C.nanmax, np.nanmin: C.nanmin, np.count_nonzero: C.count_nonzero,
+    np.any: C.any_, np.all: C.all_, np.copy: lambda a, *args, **kw: a, np.append: _append,
+    np.rot90: _rot90,
+    np.flip: F.flip, np.argmax: _argmax, np.argmin: functools.partial(_argmax, neg=True),
+    np.diag: F.diag, np.diagonal: F.diagonal, np.trace: F.trace_, np.tile: F.tile,
+    np.repeat: F.repeat, np.einsum: _einsum, np.fliplr: lambda x: F.flip(x, 1),
+    np.flipud: lambda x: F.flip(x, 0),
 }
+FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+# names that come and go between NumPy versions
+for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz", C.trapezoid)]:
+    if hasattr(np, _name):
+        FUNCTIONS[getattr(np, _name)] = _fn
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, **kw: F.cast(x, dtype)
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
@@ -104,15 +311,35 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if method == "reduce" and ufunc in _REDUCE:
         axis = kwargs.get("axis", 0)
         return _REDUCE[ufunc](inputs[0], axis=axis, keepdims=kwargs.get("keepdims", False))
+    if method == "accumulate" and ufunc in _ACCUMULATE:
+        return _ACCUMULATE[ufunc](inputs[0], axis=kwargs.get("axis", 0))
     _unsupported(ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}")
+
+
+def _np_name(func):
+    mod = getattr(func, "__module__", "numpy") or "numpy"
+    return ("linalg." if "linalg" in mod else "") + func.__name__
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
 
 
 def array_function(func, args, kwargs):
     fn = FUNCTIONS.get(func)
     if fn is None:
-        mod = getattr(func, "__module__", "numpy") or "numpy"
-        prefix = "linalg." if "linalg" in mod else ""
-        _unsupported(prefix + func.__name__)
+        _unsupported(_np_name(func))
+    sig = _signature(fn)
+    if sig is not None:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise UnsupportedError(f"np.{_np_name(func)} is called with arguments adjit does "
+                                   f"not support{_at(user_where())}: {e}") from None
     return fn(*args, **kwargs)
 
 
@@ -144,28 +371,108 @@ def _install():
     T.__setitem__ = _setitem
     T.__floordiv__ = lambda s, o: _unsupported("floor_divide (//)")
     T.__mod__ = lambda s, o: _unsupported("remainder (%)")
-    T.reshape = lambda s, *shape, **kw: F.reshape(s, kw.get("shape", shape))
+    T.__and__ = lambda s, o: _bitwise("&", C.logical_and, s, o)
+    T.__rand__ = lambda s, o: _bitwise("&", C.logical_and, o, s)
+    T.__or__ = lambda s, o: _bitwise("|", C.logical_or, s, o)
+    T.__ror__ = lambda s, o: _bitwise("|", C.logical_or, o, s)
+    T.__xor__ = lambda s, o: _bitwise("^", C.logical_xor, s, o)
+    T.__rxor__ = lambda s, o: _bitwise("^", C.logical_xor, o, s)
+    T.__invert__ = lambda s: _bitwise("~", lambda a, b: C.logical_not(a), s, False)
+    T.reshape = _reshape
     T.transpose = lambda s, *axes: F.transpose(s, axes if axes else None) if len(axes) != 1 \
         else F.transpose(s, axes[0])
-    T.sum = lambda s, axis=None, dtype=None, keepdims=False: F.sum(s, axis, keepdims, dtype)
-    T.mean = lambda s, axis=None, dtype=None, keepdims=False: F.mean(s, axis, keepdims, dtype)
-    T.max = lambda s, axis=None, keepdims=False: F.max(s, axis, keepdims)
-    T.min = lambda s, axis=None, keepdims=False: F.min(s, axis, keepdims)
-    T.var = lambda s, axis=None, ddof=0, keepdims=False: F.var(s, axis, keepdims, ddof)
-    T.std = lambda s, axis=None, ddof=0, keepdims=False: F.std(s, axis, keepdims, ddof)
+    T.sum, T.prod, T.mean, T.max, T.min = _sum, _prod, _mean, _max, _min
+    T.var, T.std, T.cumsum, T.cumprod = _var, _std, _cumsum, _cumprod
+    T.argmax = _argmax
+    T.argmin = functools.partial(_argmax, neg=True)
     T.astype = lambda s, dtype, **kw: F.cast(s, dtype)
-    T.dot = lambda s, o: F.dot(s, o)
+    T.dot = lambda s, o: _dot(s, o)
     T.clip = lambda s, a_min=None, a_max=None, **kw: _clip(s, a_min, a_max, **kw)
     T.squeeze = lambda s, axis=None: F.squeeze(s, axis)
-    T.ravel = lambda s: F.ravel(s)
-    T.flatten = lambda s: F.ravel(s)
+    T.ravel = lambda s, order="C": _reshape(s, -1, order=order)
+    T.flatten = lambda s, order="C": _reshape(s, -1, order=order)
     T.swapaxes = lambda s, a, b: F.swapaxes(s, a, b)
-    T.cumsum = lambda s, axis=None: F.cumsum(s, axis)
-    T.argmax = lambda s, axis=None: F.argmax(s, axis)
-    T.argmin = lambda s, axis=None: F.argmin(s, axis)
     T.round = lambda s, decimals=0: F.round_(s, decimals)
     T.diagonal = lambda s, offset=0: F.diagonal(s, offset)
     T.trace = lambda s, offset=0: F.trace_(s, offset)
+    T.repeat = lambda s, repeats, axis=None: F.repeat(s, repeats, axis)
+    T.take = lambda s, indices, axis=None, mode=None: C.take(s, indices, axis, mode)
+    T.ptp = lambda s, axis=None, keepdims=False: C.ptp(s, axis, keepdims)
+    T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
+    T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)
+    T.argsort = lambda s, axis=-1, kind=None: F.argsort(s, axis)
+    T.copy = lambda s, order="C": s
+    T.conj = T.conjugate = lambda s: s
+    T.sort = _inplace("sort", "np.sort(x)")
+    T.fill = _inplace("fill", "np.full_like(x, value)")
+    T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
+    T.itemsize = property(lambda s: s.dtype.itemsize)
+
+
+def _inplace(name, instead):
+    def method(s, *args, **kwargs):
+        raise UnsupportedError(f"x.{name}() changes an array in place, which a traced function "
+                               f"cannot do{_at(user_where())}; use {instead} instead")
+    return method
+
+
+# -- np.array and friends -------------------------------------------------------------------
+# np.array([t0, t1]) never reaches __array_function__: NumPy asks each element for __array__.
+# While any trace is active, numpy.array/asarray/... are wrapped so that sequences holding
+# tracers are stacked into the trace; everything else goes to NumPy unchanged.
+_CONSTRUCTORS = ("array", "asarray", "asanyarray", "ascontiguousarray")
+_patch_lock = threading.Lock()
+_patch_depth = [0]
+_originals = {}
+
+
+def _holds_tracer(obj):
+    if isinstance(obj, Tracer):
+        return True
+    return isinstance(obj, (list, tuple)) and any(_holds_tracer(v) for v in obj)
+
+
+def _from_nested(obj, orig):
+    if isinstance(obj, Tracer):
+        return obj
+    if isinstance(obj, (list, tuple)) and _holds_tracer(obj):
+        if not obj:
+            return orig(obj)
+        return F.stack([_from_nested(v, orig) for v in obj], axis=0)
+    return orig(obj)
+
+
+def _accepting(orig):
+    @functools.wraps(orig)
+    def constructor(obj, *args, **kwargs):
+        if not _holds_tracer(obj):
+            return orig(obj, *args, **kwargs)
+        dtype = kwargs.get("dtype", args[0] if args else None)
+        out = _from_nested(obj, orig)
+        return F.cast(out, dtype) if dtype is not None else out
+    return constructor
+
+
+def constructors_accept_tracers():
+    """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
+    with _patch_lock:
+        if _patch_depth[0] == 0:
+            for name in _CONSTRUCTORS:
+                _originals[name] = getattr(np, name)
+                setattr(np, name, _accepting(_originals[name]))
+        _patch_depth[0] += 1
+    done = []
+
+    def restore():
+        with _patch_lock:
+            if done:
+                return
+            done.append(True)
+            _patch_depth[0] -= 1
+            if _patch_depth[0] == 0:
+                for name in _CONSTRUCTORS:
+                    setattr(np, name, _originals.pop(name))
+    return restore
 
 
 def _pow(x, p):

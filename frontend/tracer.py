@@ -69,11 +69,14 @@ class TraceContext:
         self.graph = Graph()
 
     def __enter__(self):
+        from .numpy_api import constructors_accept_tracers
+        self._restore = constructors_accept_tracers()
         _stack().append(self)
         return self
 
     def __exit__(self, *exc):
         _stack().pop()
+        self._restore()
 
     def input(self, shape, dtype, name, where=None) -> "Tracer":
         nid = self.graph.add("input", (), shape, dtype, {"shape": tuple(shape),

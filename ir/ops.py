@@ -293,6 +293,19 @@ unary("sqrt", np.sqrt, lambda g, out, x: [F.div(g, F.mul(out, 2))],
       "np.sqrt({0})", "math.sqrt({0})", "sqrt({0})", 2)
 unary("abs", np.abs, lambda g, out, x: [F.mul(g, F.sign(x))],
       lambda t, out, x: F.mul(t[0], F.sign(x)), "np.abs({0})", "abs({0})", "_rt_abs({0})")
+# inverse trigonometric and hyperbolic functions; derivatives from the textbook identities
+_INVERSE = [
+    ("arctan", np.arctan, lambda x: F.div(1.0, F.add(F.mul(x, x), 1)), "atan"),
+    ("arcsin", np.arcsin, lambda x: F.div(1.0, F.sqrt(F.sub(1, F.mul(x, x)))), "asin"),
+    ("arccos", np.arccos, lambda x: F.div(-1.0, F.sqrt(F.sub(1, F.mul(x, x)))), "acos"),
+    ("arcsinh", np.arcsinh, lambda x: F.div(1.0, F.sqrt(F.add(F.mul(x, x), 1))), "asinh"),
+    ("arccosh", np.arccosh, lambda x: F.div(1.0, F.sqrt(F.sub(F.mul(x, x), 1))), "acosh"),
+    ("arctanh", np.arctanh, lambda x: F.div(1.0, F.sub(1, F.mul(x, x))), "atanh"),
+]
+for _name, _fn, _deriv, _c in _INVERSE:
+    unary(_name, _fn, lambda g, out, x, d=_deriv: [F.mul(g, d(x))],
+          lambda t, out, x, d=_deriv: F.mul(t[0], d(x)), f"np.{_name}({{0}})",
+          f"math.{_c}({{0}})", f"{_c}({{0}})", flops=8)
 unary("sign", np.sign, lambda g, out, x: [None], lambda t, out, x: None,
       "np.sign({0})", "_rt_sign({0})", "_rt_sign({0})", differentiable=False)
 unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: None,
@@ -343,6 +356,15 @@ binary("minimum", np.minimum,
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(y, x)),
                                     None if t[1] is None else F.mul(t[1], _where_ge(x, y))]),
        "np.minimum({0}, {1})", "_rt_minimum({0}, {1})", "_rt_minimum({0}, {1})")
+def _atan2_parts(g, y, x):
+    r2 = F.add(F.mul(x, x), F.mul(y, y))
+    return [F.mul(g, F.div(x, r2)), F.neg(F.mul(g, F.div(y, r2)))]
+
+
+binary("arctan2", np.arctan2, lambda g, out, y, x: _atan2_parts(g, y, x),
+       lambda t, out, y, x: _sum_t([None if t[i] is None else _atan2_parts(t[i], y, x)[i]
+                                    for i in (0, 1)]),
+       "np.arctan2({0}, {1})", "math.atan2({0}, {1})", "atan2({0}, {1})", flops=8)
 for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">="),
                          ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                          ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")]:
@@ -489,6 +511,12 @@ _register(OpDef(
     lambda g, out, x, axis: [None], lambda t, out, x, axis: None,
     "np.argmax({0}, axis={axis})", differentiable=False))
 
+_register(OpDef(
+    "argsort", 1, "index", same_shape, lambda d, a: np.dtype(np.int64),
+    lambda x, axis: np.argsort(x, axis=axis, kind="stable").astype(np.int64),
+    lambda g, out, x, axis: [None], lambda t, out, x, axis: None,
+    "np.argsort({0}, axis={axis}, kind='stable').astype(np.int64)", differentiable=False,
+    doc="indices that sort along `axis` (stable); np.sort gathers with them"))
 
 # -- algebraic identities (simplify) ----------------------------------------------------------
 def _is(v, k):
@@ -543,4 +571,4 @@ _register(OpDef(
     _fused.no_rule, _fused.no_rule, None, flops=_fused.fused_flops, show=_fused.show,
     doc="one output of a fused group of elementwise nodes, optionally reduced"))
 
-del _name, _fn, _sym
+del _name, _fn, _sym, _deriv, _c

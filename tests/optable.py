@@ -23,6 +23,10 @@ def domain(name, shape, rng):
         return rng.uniform(-0.5, 1.5, size=shape)
     if name == "small":
         return rng.uniform(-1.0, 1.0, size=shape)
+    if name == "unit":  # inside (-1, 1), away from the poles of arcsin' and arctanh'
+        return rng.uniform(-0.8, 0.8, size=shape)
+    if name == "gt1":
+        return rng.uniform(1.2, 3.0, size=shape)
     raise KeyError(name)
 
 
@@ -63,6 +67,15 @@ TABLE = {
     "tanh": _u(np.tanh),
     "sqrt": _u(np.sqrt, "positive"),
     "abs": _u(np.abs, "away0"),
+    "arctan": _u(np.arctan, "small"),
+    "arcsin": _u(np.arcsin, "unit"),
+    "arccos": _u(np.arccos, "unit"),
+    "arcsinh": _u(np.arcsinh, "small"),
+    "arccosh": _u(np.arccosh, "gt1"),
+    "arctanh": _u(np.arctanh, "unit"),
+    "arctan2": _b(np.arctan2, "away0"),
+    "argsort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
+                "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),
     # the derivative ignores the stopped factor, so differences cannot check it
     "stop_gradient": dict(_u(lambda x: adjit.stop_gradient(x) * x), fd=False),

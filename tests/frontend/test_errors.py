@@ -54,8 +54,9 @@ def test_grad_of_non_scalar_output_suggests_vjp():
 
 
 def test_unsupported_numpy_function_is_named():
-    with pytest.raises(adjit.UnsupportedError, match=r"np\.prod.*test_errors.py"):
-        adjit.grad(lambda x: np.sum(np.prod(x)), backend="numpy")(np.ones(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.interp.*test_errors.py"):
+        adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 1.0], [1.0, 2.0])),
+                   backend="numpy")(np.ones(3))
 
 
 def test_unsupported_linalg_function_is_named():

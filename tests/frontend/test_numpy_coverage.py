@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import adjit
+from adjit.frontend import composites as C
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(6, 4))
@@ -52,6 +53,92 @@ USER_CODE = {
     "column_norm": (lambda M: np.sum(M / M.sum(axis=0, keepdims=True) * M), M0),
 }
 
+P0 = rng.uniform(0.2, 0.9, size=5)
+K0 = rng.normal(size=3)
+A0 = rng.normal(size=(2, 3, 4))
+# NumPy functions, methods and idioms added after the first table (each once failed to trace,
+# raised an unclear error or, for np.inner of matrices, gave wrong numbers)
+USER_CODE.update({
+    "reshape_tuple_method": (lambda M: np.sum(M.reshape((2, 8)).T ** 2), M0),
+    "inner_matrices": (lambda M: np.sum(np.inner(M, M ** 2)), M0),
+    "dot_nd": (lambda A: np.sum(np.dot(A, M0) ** 2) + np.sum(A.dot(w0)), A0),
+    "np_array_of_tracers": (lambda w: np.sum(np.array([w[0], w[1] * 2, w[2] ** 2]) ** 2)
+                            + np.sum(np.asarray(w) * np.array(w)), w0),
+    "rnn_stacked_states": (lambda W: np.mean(np.array(_rnn_states(W)) ** 2), M0 * 0.3),
+    "conv_sliding_windows": (lambda K: np.sum(np.array([[np.sum(X[i:i + 3, j:j + 3] * K)
+                                                        for j in range(2)]
+                                                       for i in range(4)]) ** 2), W0[:, :3]),
+    "constant_bool_mask": (lambda M: np.sum(M[M0 > 3] ** 2) + np.sum(M[0][[True, False] * 2]),
+                           M0),
+    "bool_mask_operators": (lambda w: np.sum(np.where((w > -1) & (w < 1) | ~(w > -5), w ** 2,
+                                                      w)), w0),
+    "split_family": (lambda M: sum(np.sum(p ** 2) * (i + 1) for i, p in enumerate(
+        np.split(M, [1, 3], axis=1) + np.array_split(M[0], 3) + np.hsplit(M, 2))), M0),
+    "stacks": (lambda w: np.sum(np.column_stack([w, w ** 2]) ** 2) + np.sum(np.dstack([w, w]))
+               + np.sum(np.hstack([w[0], w[1:], 2.0]) * np.arange(5.0))
+               + np.sum(np.vstack([w, w * 2]) ** 3), w0),
+    "inverse_trig": (lambda p: np.sum(np.arcsin(p) + np.arccos(p) + np.arctan(p)
+                                      + np.arcsinh(p) + np.arccosh(p + 1.5) + np.arctanh(p)
+                                      + np.arctan2(p, 1.5 - p) + np.hypot(p, 2.0)
+                                      + np.cbrt(p) + np.deg2rad(p)), P0),
+    "sinh_cosh": (lambda w: np.sum(np.sinh(w) + np.cosh(w) + np.logaddexp2(w, 0.5)), w0),
+    "tensordot": (lambda M: np.sum(np.tensordot(A0, M, axes=([2], [0])) ** 2)
+                  + np.tensordot(M, M, axes=2) + np.sum(np.tensordot(w0, M, axes=0)), M0),
+    "einsum_extended": (lambda M: np.einsum("ii", M) + np.sum(np.einsum("ii->i", M) ** 2)
+                        + np.einsum("ij,jk,ki->", M, M, M)
+                        + np.sum(np.einsum("...j,j->...", A0, M[0]))
+                        + np.sum(np.einsum("...ij,...kj->...ik", A0, A0 * M[0])), M0),
+    "prod_cumprod": (lambda p: np.prod(p) + np.sum(np.cumprod(p)) + p.prod()
+                     + np.sum(np.prod(np.outer(p, p), axis=1, keepdims=True)), P0),
+    "prod_with_zero": (lambda w: np.prod(w * np.array([1.0, 0.0, 1.0, 1.0])) + np.sum(
+        np.cumprod(w * np.array([1.0, 0.0, 1.0, 1.0]))) + np.prod(w[:2] - w[:2]), w0),
+    "sort_median": (lambda M: np.sum(np.sort(M, axis=0) * np.arange(16.0).reshape(4, 4))
+                    + np.median(M) + np.sum(np.median(M, axis=1)) + np.sum(np.sort(M[0]))
+                    + np.sum(M[0][np.argsort(M[1])] * np.arange(4.0)), M0),
+    "roll_pad": (lambda M: np.sum(np.roll(M, 1) * np.roll(M, (1, -2), axis=(0, 1)) * M0)
+                 + np.sum(np.pad(M, 1) * np.arange(36.0).reshape(6, 6))
+                 + np.sum(np.pad(M, ((0, 1), (2, 0)), constant_values=2.0) ** 2)
+                 + np.sum(np.pad(M, 1, mode="reflect") * np.pad(M0, 1, mode="edge")), M0),
+    "take_diff_ptp": (lambda w: np.sum(np.take(w, [0, 2, 3]) ** 2) + np.sum(np.diff(w) ** 2)
+                      + np.ptp(w) + np.sum(np.diff(w, n=2, prepend=0.0) ** 2), w0),
+    "convolve": (lambda k: np.sum(np.convolve(np.sin(np.arange(8.0)), k) ** 2)
+                 + np.sum(np.convolve(np.arange(8.0), k, "same") ** 2)
+                 + np.sum(np.correlate(np.arange(8.0), k) ** 2)
+                 + np.sum(np.correlate(k, np.arange(5.0), "full") * np.arange(7.0)), K0),
+    "triu_moveaxis_kron": (lambda M: np.sum(np.triu(M, 1) ** 2) + np.sum(np.tril(M) * M0)
+                           + np.sum(np.moveaxis(A0, 0, -1) * M[0, :2])
+                           + np.sum(np.kron(M[:2, :2], M0) ** 2)
+                           + np.sum(np.linalg.matrix_power(M * 0.3, 3))
+                           + np.sum(np.rot90(M) * M0), M0),
+    "norm_orders": (lambda M: np.linalg.norm(M, 1) + np.linalg.norm(M, np.inf)
+                    + np.linalg.norm(M[0], 3) + np.linalg.norm(M[1], 1)
+                    + np.linalg.norm(M[2], -np.inf) + np.sum(np.linalg.norm(M, ord=1, axis=1))
+                    + np.sum(X / np.linalg.norm(X, axis=1, keepdims=True) * M[0]), M0),
+    "nan_logical_reductions": (lambda w: np.nansum(w ** 2) + np.nanmean(w) + np.nanmax(w)
+                               + np.sum(w * np.isfinite(w)) + np.sum(w * np.any(X > 0, 0))
+                               + np.sum(w * (X > -5).all(axis=0)), w0),
+    "reduction_keywords": (lambda M: np.mean(M, where=M0 > 3) + np.sum(M, where=M0 > 3)
+                           + np.max(M[0], initial=5.0) + np.sum(M, 0, np.float64).sum()
+                           + M.std(ddof=1) + np.sum(M, initial=1.0)
+                           + np.max(M[0], where=M0[0] > 3, initial=-9.0), M0),
+    "methods": (lambda w: w.repeat(2).sum() + w.copy().sum() + w.take([1, 2]).sum()
+                + w.cumprod().sum() + w.reshape((2, 2)).prod(axis=0).sum(), w0),
+    "polyval_trapezoid_cross": (lambda k: np.sum(np.polyval(k, np.linspace(-1, 1, 5)) ** 2)
+                                + np.sum(np.polyval([1.0, -2.0, 0.5], k))
+                                + np.sum(np.cross(k, np.array([1.0, 2.0, 3.0])) ** 2)
+                                + C.trapezoid(k ** 2, dx=0.1), K0),
+    "ufunc_methods": (lambda M: np.add.reduce(M, axis=1).sum() + np.multiply.reduce(M[0] + 3)
+                      + np.sum(np.add.accumulate(M[0]) ** 2), M0),
+})
+
+
+def _rnn_states(W):
+    h, hs = np.zeros(4), []
+    for x in X[:3]:
+        h = np.tanh(h @ W + x)
+        hs.append(h)
+    return hs
+
 
 @pytest.mark.parametrize("name", sorted(USER_CODE))
 def test_user_code_values_and_gradients(name):
@@ -68,3 +155,29 @@ def test_argmax_accuracy_as_aux():
     (v, acc), g = adjit.value_and_grad(loss, has_aux=True, backend="numpy")(W0, X, YC)
     assert float(acc) == np.mean(np.argmax(X @ W0.T, axis=1) == YC)
     assert g.shape == W0.shape
+
+
+# what adjit cannot trace raises an error naming the call and the user's line
+REFUSED = {
+    "np.where with one argument": (lambda w: np.sum(w[np.where(w > 0)]), r"np\.where\(cond"),
+    "in-place sort": (lambda w: w.sort() or np.sum(w), r"x\.sort\(\).*np\.sort"),
+    "bitwise on integers": (lambda w: np.sum(w * ((w > 0).astype(int) & 1)), r"bitwise &"),
+    "unequal split": (lambda w: np.sum(np.split(w, 3)[0]), r"split.*array_split"),
+    "nuclear norm": (lambda w: np.linalg.norm(w.reshape(2, 2), "nuc"), r"norm.*'nuc'"),
+    "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="mean")), r"np\.pad.*'mean'"),
+    "unsupported keyword": (lambda w: np.sum(np.var(w, mean=0.0)), r"np\.var.*mean="),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unsupported_numpy_is_refused_clearly(name):
+    fn, pattern = REFUSED[name]
+    with pytest.raises((adjit.UnsupportedError, adjit.ShapeError), match=pattern) as info:
+        adjit.grad(fn, backend="numpy")(w0)
+    assert "test_numpy_coverage.py:" in str(info.value)
+
+
+def test_np_array_is_restored_after_tracing():
+    original = np.array
+    adjit.grad(lambda w: np.sum(np.array([w, w]) ** 2), backend="numpy")(w0)
+    assert np.array is original

@@ -1,0 +1,505 @@
+"""NumPy functions built from the elementary ones in functions.py: splits, pads, rolls, sorts,
+products, tensordot, NaN-aware reductions, logical functions and a few linear-algebra helpers.
+
+Each takes Tracers, NumPy arrays or Python scalars and returns what NumPy would; the result is
+ordinary IR, so it differentiates like anything else. Nothing here adds an op.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from ..ir.errors import ShapeError, UnsupportedError
+from . import functions as F
+from .tracer import Tracer, _at, user_where
+
+_shape_of = F._shape_of
+
+
+def _nd(x):
+    return len(_shape_of(x))
+
+
+def _axis(axis, nd, what):
+    return F._norm_axes((axis,), nd, what)[0]
+
+
+def _along(ax, nd, s):
+    """An index tuple applying slice or index s on axis ax."""
+    return (slice(None),) * ax + (s,) + (slice(None),) * (nd - ax - 1)
+
+
+def _slice(x, ax, start, stop, step=None):
+    return F.getitem(x, _along(ax, _nd(x), slice(start, stop, step)))
+
+
+# -- splitting and joining ---------------------------------------------------------------------
+def array_split(x, indices_or_sections, axis=0):
+    ax = _axis(axis, _nd(x), "array_split")
+    n = _shape_of(x)[ax]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise ShapeError(f"array_split: number of sections must be larger than 0"
+                             f"{_at(user_where())}")
+        sizes = [n // k + 1] * (n % k) + [n // k] * (k - n % k)
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    return [_slice(x, ax, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def split(x, indices_or_sections, axis=0):
+    if isinstance(indices_or_sections, (int, np.integer)):
+        n = _shape_of(x)[_axis(axis, _nd(x), "split")]
+        if n % int(indices_or_sections):
+            raise ShapeError(f"split: an axis of size {n} does not divide into "
+                             f"{int(indices_or_sections)} equal parts{_at(user_where())}; "
+                             "use np.array_split")
+    return array_split(x, indices_or_sections, axis)
+
+
+def hsplit(x, sections):
+    return split(x, sections, axis=1 if _nd(x) > 1 else 0)
+
+
+def vsplit(x, sections):
+    return split(x, sections, axis=0)
+
+
+def dsplit(x, sections):
+    return split(x, sections, axis=2)
+
+
+def atleast_1d(*xs):
+    out = [F.reshape(x, (1,)) if _nd(x) == 0 else x for x in xs]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_2d(*xs):
+    out = [F.reshape(x, (1,) * (2 - _nd(x)) + tuple(_shape_of(x))) if _nd(x) < 2 else x
+           for x in xs]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_3d(*xs):
+    def one(x):
+        s = tuple(_shape_of(x))
+        return F.reshape(x, {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}[len(s)]) \
+            if len(s) < 3 else x
+    out = [one(x) for x in xs]
+    return out[0] if len(out) == 1 else out
+
+
+def hstack(xs):
+    xs = [atleast_1d(x) for x in xs]
+    return F.concatenate(xs, axis=0 if _nd(xs[0]) == 1 else 1)
+
+
+def vstack(xs):
+    return F.concatenate([atleast_2d(x) for x in xs], axis=0)
+
+
+def dstack(xs):
+    return F.concatenate([atleast_3d(x) for x in xs], axis=2)
+
+
+def column_stack(xs):
+    return F.concatenate([F.reshape(x, (-1, 1)) if _nd(x) < 2 else x for x in xs], axis=1)
+
+
+def moveaxis(x, source, destination):
+    nd = _nd(x)
+    src = F._norm_axes(source if isinstance(source, (tuple, list)) else (source,), nd,
+                       "moveaxis")
+    dst = F._norm_axes(destination if isinstance(destination, (tuple, list))
+                       else (destination,), nd, "moveaxis")
+    order = [a for a in range(nd) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return F.transpose(x, order)
+
+
+def roll(x, shift, axis=None):
+    if axis is None:
+        return F.reshape(roll(F.ravel(x), shift, 0), tuple(_shape_of(x)))
+    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    shifts, axes = np.broadcast_arrays(np.asarray(shifts), np.asarray(axes))
+    for s, a in zip(shifts.ravel(), axes.ravel()):
+        ax = _axis(int(a), _nd(x), "roll")
+        n = _shape_of(x)[ax]
+        k = int(s) % n if n else 0
+        if k:
+            x = F.concatenate([_slice(x, ax, n - k, None), _slice(x, ax, 0, n - k)], ax)
+    return x
+
+
+def take(x, indices, axis=None, mode=None):
+    if mode not in (None, "raise"):
+        raise UnsupportedError(f"np.take with mode={mode!r}{_at(user_where())}")
+    if axis is None:
+        x, axis = F.ravel(x), 0
+    return F.getitem(x, _along(_axis(axis, _nd(x), "take"), _nd(x), indices))
+
+
+def diff(x, n=1, axis=-1, prepend=None, append=None):
+    ax = _axis(axis, _nd(x), "diff")
+    if prepend is not None or append is not None:
+        parts = [F.broadcast_to(p, _shape_of(x)[:ax] + (1,) + _shape_of(x)[ax + 1:])
+                 if _nd(p) == 0 else p for p in (prepend,) if p is not None]
+        tail = [F.broadcast_to(p, _shape_of(x)[:ax] + (1,) + _shape_of(x)[ax + 1:])
+                if _nd(p) == 0 else p for p in (append,) if p is not None]
+        x = F.concatenate(parts + [x] + tail, ax)
+    for _ in range(n):
+        x = F.sub(_slice(x, ax, 1, None), _slice(x, ax, None, -1))
+    return x
+
+
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+def pad(x, pad_width, mode="constant", **kw):
+    """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap gather."""
+    if not isinstance(x, Tracer):
+        return np.pad(x, pad_width, mode=mode, **kw)
+    if mode not in _PAD_MODES or set(kw) - {"constant_values", "reflect_type"}:
+        raise UnsupportedError(f"np.pad with mode={mode!r} and {sorted(kw)}"
+                               f"{_at(user_where())}; supported modes: {', '.join(_PAD_MODES)}")
+    shape = tuple(_shape_of(x))
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64).reshape(-1, 2)
+                         if np.ndim(pad_width) > 1 else np.asarray(pad_width, np.int64),
+                         (len(shape), 2))
+    if mode != "constant":
+        for ax, (b, a) in enumerate(pw):
+            if b or a:
+                idx = np.pad(np.arange(shape[ax]), (int(b), int(a)), mode=mode, **kw)
+                x = F.getitem(x, _along(ax, len(shape), idx))
+        return x
+    index = tuple(slice(int(b), int(b) + d) for (b, _), d in zip(pw, shape))
+    out_shape = tuple(int(b) + d + int(a) for (b, a), d in zip(pw, shape))
+    out = F.unslice(x, index, out_shape)
+    cv = kw.get("constant_values", 0)
+    if np.any(np.asarray(cv) != 0):
+        border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=cv)
+        out = F.add(out, border)
+    return out
+
+
+# -- products and sorting ---------------------------------------------------------------------
+def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
+    """Product over axes as a tree of pairwise multiplications (exact gradients at zeros)."""
+    if not isinstance(x, Tracer):
+        return np.prod(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    if dtype is not None:
+        x = F.cast(x, dtype)
+    elif x.dtype.kind in "bui":
+        x = F.cast(x, np.int64)
+    axes = F._axes(x, axis)
+    keep = [i for i in range(x.ndim) if i not in axes]
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims \
+        else tuple(x.shape[i] for i in keep)
+    lead = tuple(x.shape[i] for i in keep)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if n == 0:
+        y = F.full_like(F.zeros(lead, x.dtype) if lead else F.sum(x), 1)
+    else:
+        y = F.reshape(F.transpose(x, keep + list(axes)), lead + (n,))
+        while y.shape[-1] > 1:
+            m = y.shape[-1]
+            h = m // 2
+            p = F.mul(y[..., :h], y[..., h:2 * h])
+            y = F.concatenate([p, y[..., 2 * h:]], -1) if m % 2 else p
+        y = F.reshape(y, lead)
+    if initial is not None:
+        y = F.mul(y, initial)
+    return F.reshape(y, out_shape)
+
+
+def cumprod(x, axis=None, dtype=None):
+    """Running product by doubling strides (log n products; exact gradients at zeros)."""
+    if not isinstance(x, Tracer):
+        return np.cumprod(x, axis=axis, dtype=dtype)
+    if axis is None:
+        x, axis = F.ravel(x), 0
+    if dtype is not None:
+        x = F.cast(x, dtype)
+    elif x.dtype.kind in "bui":
+        x = F.cast(x, np.int64)
+    ax = _axis(axis, x.ndim, "cumprod")
+    n, k = x.shape[ax], 1
+    while k < n:
+        head = _slice(x, ax, 0, k)
+        x = F.mul(x, F.concatenate([F.ones_like(head), _slice(x, ax, 0, n - k)], ax))
+        k *= 2
+    return x
+
+
+def sort(x, axis=-1, kind=None, order=None):
+    if order is not None:
+        raise UnsupportedError(f"np.sort with order={order!r}{_at(user_where())}")
+    if axis is None:
+        x, axis = F.ravel(x), 0
+    return F.take_along_axis(x, F.argsort(x, axis), axis)
+
+
+def median(x, axis=None, keepdims=False):
+    nd = _nd(x)
+    axes = F._axes(x, axis)
+    if axis is None or len(axes) > 1:
+        keep = [i for i in range(nd) if i not in axes]
+        shape = tuple(_shape_of(x))
+        y = F.reshape(F.transpose(x, keep + list(axes)), tuple(shape[i] for i in keep) + (-1,))
+        m = median(y, -1)
+        out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keepdims \
+            else tuple(shape[i] for i in keep)
+        return F.reshape(m, out)
+    ax = axes[0]
+    s = sort(x, ax)
+    n = _shape_of(x)[ax]
+    mid = _slice(s, ax, (n - 1) // 2, n // 2 + 1)
+    return F.mean(mid, axis=ax, keepdims=keepdims)
+
+
+def ptp(x, axis=None, keepdims=False):
+    return F.sub(F.max(x, axis, keepdims), F.min(x, axis, keepdims))
+
+
+# -- tensor products ---------------------------------------------------------------------------
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def tensordot(a, b, axes=2):
+    """np.tensordot written as a two-operand einsum (transpose, reshape, one matmul)."""
+    na, nb = _nd(a), _nd(b)
+    if isinstance(axes, (int, np.integer)):
+        ax_a, ax_b = list(range(na - int(axes), na)), list(range(int(axes)))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if isinstance(ax_a, (int, np.integer)) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, (int, np.integer)) else list(ax_b)
+    ax_a, ax_b = F._norm_axes(ax_a, na, "tensordot"), F._norm_axes(ax_b, nb, "tensordot")
+    if len(ax_a) != len(ax_b):
+        raise ShapeError(f"tensordot: axes {ax_a} and {ax_b} differ in number"
+                         f"{_at(user_where())}")
+    la = list(_LETTERS[:na])
+    lb = list(_LETTERS[na:na + nb])
+    for i, j in zip(ax_a, ax_b):
+        lb[j] = la[i]
+    out = [c for i, c in enumerate(la) if i not in ax_a] + \
+          [c for j, c in enumerate(lb) if j not in ax_b]
+    return F.einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+
+
+def inner(a, b):
+    if _nd(a) == 0 or _nd(b) == 0:
+        return F.mul(a, b)
+    return tensordot(a, b, ([-1], [-1]))
+
+
+def kron(a, b):
+    sa, sb = tuple(_shape_of(a)), tuple(_shape_of(b))
+    nd = builtins.max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    a = F.reshape(a, tuple(v for d in sa for v in (d, 1)))
+    b = F.reshape(b, tuple(v for d in sb for v in (1, d)))
+    return F.reshape(F.mul(a, b), tuple(x * y for x, y in zip(sa, sb)))
+
+
+def matrix_power(m, n):
+    n = int(n)
+    shape = tuple(_shape_of(m))
+    if n < 0:
+        raise UnsupportedError(f"np.linalg.matrix_power with a negative exponent"
+                               f"{_at(user_where())}: matrix inverses are not supported")
+    if n == 0:
+        return F.broadcast_to(np.eye(shape[-1], dtype=F._dtype_of(m)), shape)
+    result, base = None, m
+    while n:
+        if n & 1:
+            result = base if result is None else F.matmul(result, base)
+        n >>= 1
+        if n:
+            base = F.matmul(base, base)
+    return result
+
+
+def triu(m, k=0):
+    s = tuple(_shape_of(m))
+    return F.where(np.triu(np.ones(s[-2:], bool), k), m, F.zeros_like(m))
+
+
+def tril(m, k=0):
+    s = tuple(_shape_of(m))
+    return F.where(np.tril(np.ones(s[-2:], bool), k), m, F.zeros_like(m))
+
+
+def convolve(a, v, mode="full"):
+    """np.convolve (1-D): a gather of sliding windows times the reversed kernel."""
+    _check_1d(a, v, mode, "convolve")
+    if _shape_of(a)[0] < _shape_of(v)[0]:  # convolution commutes; NumPy slides the longer
+        a, v = v, a
+    return _correlate_1d(a, F.flip(v), mode)
+
+
+def correlate(a, v, mode="valid"):
+    _check_1d(a, v, mode, "correlate")
+    if _shape_of(a)[0] < _shape_of(v)[0]:
+        return F.flip(_correlate_1d(v, a, mode))
+    return _correlate_1d(a, v, mode)
+
+
+def _check_1d(a, v, mode, what):
+    sa, sv = _shape_of(a), _shape_of(v)
+    if len(sa) != 1 or len(sv) != 1 or mode not in ("full", "same", "valid") or 0 in (
+            sa + sv):
+        raise UnsupportedError(f"np.{what} of shapes {sa}, {sv} with mode={mode!r}"
+                               f"{_at(user_where())}; non-empty 1-D arrays and full/same/valid "
+                               "only")
+
+
+def _correlate_1d(a, v, mode):
+    m = _shape_of(v)[0]
+    widths = {"full": (m - 1, m - 1), "same": (m // 2, (m - 1) // 2), "valid": (0, 0)}[mode]
+    ap = pad(a, [widths])
+    count = _shape_of(ap)[0] - m + 1
+    idx = np.arange(count)[:, None] + np.arange(m)[None, :]
+    return F.matmul(F.getitem(ap, idx), v)
+
+
+# -- NaN-aware and logical functions ----------------------------------------------------------
+def isnan(x):
+    return F.ne(x, x)
+
+
+def isinf(x):
+    return F.eq(F.abs(x), math.inf)
+
+
+def isfinite(x):
+    return F.lt(F.abs(x), math.inf)
+
+
+def _bool(x):
+    dt = F._dtype_of(x)
+    return x if dt == np.bool_ else F.ne(x, 0)
+
+
+def logical_and(a, b):
+    return F.where(_bool(a), _bool(b), False)
+
+
+def logical_or(a, b):
+    return F.where(_bool(a), True, _bool(b))
+
+
+def logical_xor(a, b):
+    return F.ne(_bool(a), _bool(b))
+
+
+def logical_not(a):
+    return F.eq(_bool(a), False)
+
+
+def count_nonzero(x, axis=None, keepdims=False):
+    return F.sum(F.ne(x, 0), axis, keepdims)
+
+
+def any_(x, axis=None, keepdims=False):
+    return F.gt(count_nonzero(x, axis, keepdims), 0)
+
+
+def all_(x, axis=None, keepdims=False):
+    return F.eq(F.sum(F.eq(x, 0), axis, keepdims), 0)
+
+
+def nansum(x, axis=None, keepdims=False, dtype=None):
+    return F.sum(F.where(isnan(x), F.zeros_like(x), x), axis, keepdims, dtype)
+
+
+def nanmean(x, axis=None, keepdims=False):
+    return F.div(nansum(x, axis, keepdims), count_nonzero(F.eq(isnan(x), False), axis,
+                                                          keepdims))
+
+
+def nanmax(x, axis=None, keepdims=False):
+    return F.max(F.where(isnan(x), F.full_like(x, -math.inf), x), axis, keepdims)
+
+
+def nanmin(x, axis=None, keepdims=False):
+    return F.min(F.where(isnan(x), F.full_like(x, math.inf), x), axis, keepdims)
+
+
+def heaviside(x, h0):
+    step = F.where(F.gt(x, 0), F.ones_like(x), F.zeros_like(x))
+    return F.where(F.eq(x, 0), h0, F.where(isnan(x), x, step))
+
+
+def copysign(x, y):
+    # the sign bit of y: y < 0, or 1/y < 0 for y == -0.0 (and -inf already counts as y < 0)
+    neg_y = F.where(F.lt(y, 0), True, F.lt(F.div(1.0, y), 0))
+    ax = F.abs(x)
+    return F.where(neg_y, F.neg(ax), ax)
+
+
+def hypot(x, y):
+    return F.sqrt(F.add(F.mul(x, x), F.mul(y, y)))
+
+
+def cbrt(x):
+    return F.mul(F.sign(x), F.power(F.abs(x), 1.0 / 3.0))
+
+
+def sinh(x):
+    # expm1 keeps sinh's relative precision near 0, where exp(x) - exp(-x) cancels
+    return F.mul(F.sub(F.expm1(x), F.expm1(F.neg(x))), 0.5)
+
+
+def cosh(x):
+    return F.mul(F.add(F.exp(x), F.exp(F.neg(x))), 0.5)
+
+
+def logaddexp(x, y):
+    return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(F.sub(x, y))))))
+
+
+def logaddexp2(x, y):
+    ln2 = math.log(2.0)
+    return F.div(logaddexp(F.mul(x, ln2), F.mul(y, ln2)), ln2)
+
+
+# -- polynomials, integration, cross products -------------------------------------------------
+def polyval(p, x):
+    """Horner's rule, as np.polyval (p holds the coefficients, highest power first)."""
+    coeffs = list(p) if isinstance(p, (list, tuple)) or _nd(p) else [p]
+    y = F.zeros_like(x) if not coeffs else F.mul(F.ones_like(x), coeffs[0])
+    for c in coeffs[1:]:
+        y = F.add(F.mul(y, x), c)
+    return y
+
+
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    ax = _axis(axis, _nd(y), "trapezoid")
+    mid = F.mul(F.add(_slice(y, ax, 1, None), _slice(y, ax, None, -1)), 0.5)
+    if x is None:
+        return F.mul(F.sum(mid, axis=ax), dx)
+    d = diff(x, axis=-1 if _nd(x) == 1 else ax)
+    if _nd(x) == 1 and _nd(y) > 1:
+        d = F.reshape(d, tuple(-1 if i == ax else 1 for i in range(_nd(y))))
+    return F.sum(F.mul(mid, d), axis=ax)
+
+
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    if _shape_of(a)[-1] != 3 or _shape_of(b)[-1] != 3:
+        raise UnsupportedError(f"np.cross of vectors of length {_shape_of(a)[-1]} and "
+                               f"{_shape_of(b)[-1]}{_at(user_where())}; only 3-vectors")
+    a0, a1, a2 = (F.getitem(a, (Ellipsis, i)) for i in range(3))
+    b0, b1, b2 = (F.getitem(b, (Ellipsis, i)) for i in range(3))
+    c = F.stack([F.sub(F.mul(a1, b2), F.mul(a2, b1)), F.sub(F.mul(a2, b0), F.mul(a0, b2)),
+                 F.sub(F.mul(a0, b1), F.mul(a1, b0))], axis=-1)
+    return moveaxis(c, -1, axisc)
