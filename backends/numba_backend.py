@@ -24,8 +24,8 @@ from ..ir.errors import AdjitError
 from ..ir.fused import Instr
 from ..ir.ops import OPS
 from .codegen import comment, load_module, node_comment
-from .codegen import donatable as _donatable
 from .fused_numpy import numpy_group
+from .fused_numpy import in_place_ok  # noqa: F401 - the schedule's rule (see build)
 from .fused_numpy import scratch_bytes as numpy_scratch_bytes
 from .numba_kernels import kernel_spec
 from .numpy_backend import Codegen, as_array
@@ -125,9 +125,7 @@ class NumbaCodegen(Codegen):
         self.kernels = {}                     # kernel name -> (source, file)
         self.ns_kernels = types.SimpleNamespace()
         self.namespace["_rt_kernels"] = self.ns_kernels
-        self.namespace["_rt_donatable"] = donatable
-        self.donated = donated_inputs(g, donate_argnums)
-        self.step_of = {n: i for i, n in enumerate(self.sched.order)}
+        self.contiguous_donations = True      # kernels write through flat views
 
     def emit_group(self, run):
         g = self.g
@@ -170,8 +168,10 @@ class NumbaCodegen(Codegen):
 
     def _kernel_call(self, a, by_output, args, in_shapes, in_dtypes, arg_nodes):
         """Lines allocating the outputs `by_output` ({output index: node}) and calling the
-        kernel that computes them from argument expressions `args`; outputs that may take
-        the buffer of a donated argument do so when the arrays allow it at run time."""
+        kernel that computes them from argument expressions `args`; outputs the schedule
+        places in an argument's buffer (a donated argument, or a value dying here) are
+        stored there when the array allows it at run time (C order: the kernel writes
+        through a flat view)."""
         which = sorted(by_output)
         name = a["kernel"]
         if len(which) < len(a["outputs"]):
@@ -179,39 +179,30 @@ class NumbaCodegen(Codegen):
         fn_name = name + ("_par" if _size(a["shape"]) >= self.parallel_size else "")
         lines = [comment(f"{fn_name} (Program.kernels[{fn_name!r}]) fuses:")]
         lines += [comment(f"  {line}") for line in user_lines(a)]
-        inplace = self._donations(a, by_output, arg_nodes)
+        inplace, tests = {}, []
+        for k, n in sorted(by_output.items()):
+            x = self.in_place.get(n)
+            if x is None or x not in arg_nodes or a["outputs"][k][1] is not None:
+                continue
+            j = arg_nodes.index(x)
+            inplace[k] = j
+            test = "_rt_in_place" if self.g[x]["op"] == "input" else \
+                f"{args[j]}.flags.c_contiguous"
+            if test not in tests:
+                tests.append(test)
         call = self._call(a, which, by_output, args, in_shapes, in_dtypes, name, fn_name, {})
         if not inplace:
             return lines + call
-        mine = "".join(args[j] + ", " for j in inplace.values())
-        rest = "".join(args[j] + ", " for j in range(len(args)) if j not in inplace.values())
-        test = f"_rt_donatable(({mine}), ({rest}))"
-        donated = self._call(a, which, by_output, args, in_shapes, in_dtypes, name + "_donated",
-                             fn_name + "_donated", inplace)
-        return lines + [f"if {test}:"] + ["    " + x for x in donated] + ["else:"] + \
-            ["    " + x for x in call]
-
-    def _donations(self, a, by_output, arg_nodes):
-        """{output: argument position} for outputs that may overwrite a donated argument: one
-        of the same shape and dtype, read at the same index, and not read after this call."""
-        g, out = self.g, {}
-        last = max(self.step_of[n] for n in by_output.values())
-        for k, n in sorted(by_output.items()):
-            if a["outputs"][k][1] is not None:
-                continue
-            for j, x in enumerate(arg_nodes):
-                if x in self.donated and j not in out.values() and x not in g.outputs \
-                        and g[x]["shape"] == g[n]["shape"] == tuple(a["shape"]) \
-                        and g[x]["dtype"] == g[n]["dtype"] and self.sched.last_use[x] <= last:
-                    out[k] = j
-                    break
-        return out
+        into = self._call(a, which, by_output, args, in_shapes, in_dtypes, name + "_into",
+                          fn_name + "_into", inplace)
+        return lines + [f"if {' and '.join(tests)}:"] + ["    " + x for x in into] + \
+            ["else:"] + ["    " + x for x in call]
 
     def _call(self, a, which, by_output, args, in_shapes, in_dtypes, name, fn_name, inplace):
         g = self.g
         spec = kernel_spec(a, which, in_shapes, in_dtypes, name, inplace)
         mod = load_kernels(spec.source)
-        par = fn_name.endswith("_par") or fn_name.endswith("_par_donated")
+        par = fn_name.endswith("_par") or fn_name.endswith("_par_into")
         setattr(self.ns_kernels, fn_name, getattr(mod, "kernel_par" if par else "kernel"))
         self.kernels[fn_name] = (spec.shown["par" if par else "seq"], mod.__file__)
         lines = []
@@ -219,7 +210,7 @@ class NumbaCodegen(Codegen):
             n = by_output[k]
             lines.append(node_comment(g, n))
             if k in inplace:
-                lines.append(f"{self.names[n]} = {args[inplace[k]]}  # donated")
+                lines.append(f"{self.names[n]} = {args[inplace[k]]}  # its buffer")
             else:
                 lines.append(f"{self.names[n]} = np.empty({tuple(g[n]['shape'])}, "
                              f"np.{g[n]['dtype'].name})")
@@ -228,20 +219,6 @@ class NumbaCodegen(Codegen):
         call += [str(s) for s in spec.sizes]
         lines.append(f"_rt_kernels.{fn_name}({', '.join(call)})")
         return lines
-
-
-def donated_inputs(g, donate_argnums):
-    """The input nodes that are leaves of the donated arguments."""
-    from ..frontend import pytree
-    nums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-    trees = g.meta.get("in_trees") or []
-    pos = pytree.leaf_ranges(trees)
-    return {g.inputs[j] for i in nums for j in pos.get(i % max(len(trees), 1), ())}
-
-
-def donatable(donated, others):
-    """May the kernel write over `donated`? (codegen.donatable; kernels need C order.)"""
-    return _donatable(donated, others, contiguous=True)
 
 
 def user_lines(a):

@@ -57,6 +57,7 @@ class Codegen:
         self.imports = ["import numpy as np"]
         self.in_place = self.sched.in_place   # node -> argument whose buffer it takes
         self.spare = self.sched.spare         # unit -> dying arguments its temporaries take
+        self.contiguous_donations = False     # must donated arrays be C-contiguous?
 
     def arg(self, a):
         return self.expr.get(a, self.names[a])
@@ -131,7 +132,8 @@ class Codegen:
         rest = "".join(self.names[i] + ", " for i in self.g.inputs if i not in mine)
         return [comment("donated arguments are overwritten by results (`out=`) when they are "
                         "writable arrays that share no memory with another argument"),
-                f"_rt_in_place = _rt_donatable(({donated}), ({rest}))"]
+                f"_rt_in_place = _rt_donatable(({donated}), ({rest}), "
+                f"{self.contiguous_donations})"]
 
     def emit_node(self, n):
         g = self.g

@@ -101,13 +101,32 @@ def test_deep_step_with_checkpoints_equals_plain(checkpoint):
     same_bits(got, want)
 
 
-def test_numba_backend_with_donation_equals_numpy():
+@pytest.mark.parametrize("min_kernel_size", [0, 10 ** 9])   # kernels; NumPy code
+def test_numba_backend_with_donation_equals_numpy(min_kernel_size):
     p, x = tanh_problem(4, 64, 64)
     want = adjit.compile(tanh_sgd, backend="numpy")(p, x)
-    got = adjit.compile(tanh_sgd, backend="numba", donate_argnums=0, min_kernel_size=0)(
-        copies(p), x)
+    f = adjit.compile(tanh_sgd, backend="numba", donate_argnums=0,
+                      min_kernel_size=min_kernel_size)
+    mine = copies(p)
+    got = f(mine, x)
     for a, b in zip(leaves(got), leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert all(got[1][k] is mine[k] for k in p), "updates were not written in place"
+    # a donated array in Fortran order is not written (kernels need C order): still right
+    fortran = {k: np.asfortranarray(v) for k, v in p.items()}
+    again = f(fortran, x)
+    for a, b in zip(leaves(again), leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_numba_training_step_memory_is_estimated():
+    """On numba too, updates run as their gradients appear and the estimate is measured."""
+    p, x = tanh_problem(8, 256, 8)      # weights of 256 KiB, activations of 8 KiB
+    f = adjit.compile(tanh_sgd, backend="numba", donate_argnums=0)
+    est = f.lower(p, x).memory.peak_bytes
+    assert est < sum(v.nbytes for v in p.values()) / 3
+    meas = adjit.measure_peak_memory(f, copies(p), x)
+    assert abs(meas - est) <= 0.1 * est + 4096, (meas, est)
 
 
 # -- when an argument must not be overwritten ------------------------------------------------------
