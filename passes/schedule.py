@@ -186,20 +186,24 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
     members, got, spare = {}, {}, {}
     step = 0
 
-    def dying(x, last):
+    def dying(x, last, reads):
+        """Does x's buffer die at this unit, read there through x alone (a view of it,
+        such as x.T, would read elements the unit has already overwritten)?"""
         b = base[x]
         return x not in g.outputs and kind(g[x]["op"]) not in ("view", "source") and \
             alloc.get(b) and not any(m in g.outputs or last_use[m] > last
-                                     for m in members.get(b, []))
+                                     for m in members.get(b, [])) and \
+            not any(base[a] == b and a != x for a in reads)
     for unit in units(g, order):
         last = step + len(unit) - 1
         used = set()
+        reads = {a for n in unit for a in g.args(n)}
         for n in unit:
             if n in taken:
                 continue
             for x in _by_preference(g, n):
                 if base[x] in used or g[x]["shape"] != g[n]["shape"] \
-                        or g[x]["dtype"] != g[n]["dtype"] or not dying(x, last) \
+                        or g[x]["dtype"] != g[n]["dtype"] or not dying(x, last, reads) \
                         or not in_place_ok(g, n, x):
                     continue
                 got[n] = x
@@ -207,7 +211,7 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
                 break
         if g[unit[0]]["op"] == "fused":
             rest = tuple(x for x in dict.fromkeys(g.args(unit[0]))
-                         if base[x] not in used and dying(x, last))
+                         if base[x] not in used and dying(x, last, reads))
             if rest:
                 spare[unit[0]] = rest
         for n in unit:

@@ -73,6 +73,9 @@ def programs(draw, max_steps=8):
     dtype = draw(st.sampled_from(["float64", "float32"]))
     rank = draw(st.integers(0, 3))
     base = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 8]), min_size=rank, max_size=rank)))
+    if rank >= 2 and draw(st.booleans()):
+        # square matrices: a value and its transpose then meet in one elementwise group
+        base = base[:-1] + base[-2:-1]
     n_in = draw(st.integers(1, 3))
     shapes = []
     for _ in range(n_in):

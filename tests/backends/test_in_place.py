@@ -256,7 +256,9 @@ def test_tanh_backward_allocates_nothing_new():
     lambda a, b: np.sum(np.maximum(a, 0) * a + np.exp(b) * b),
     lambda a, b: np.sum(np.sin(a @ b) * (a @ b)),
     lambda a, b: np.sum(a[:, :1] * np.cos(a) + b[0]),           # broadcast of a sliced value
-], ids=["twice", "view", "relu", "matmul", "broadcast"])
+    lambda a, b: np.sum(np.exp(a @ b) * 2.0 + (a @ b).T),       # a dying product and its .T
+    lambda a, b: np.sum(np.sin((a @ b).T) * (a @ b) * 3.0),
+], ids=["twice", "view", "relu", "matmul", "broadcast", "product-T", "T-product"])
 def test_dying_value_reuse_equals_new_arrays(fn):
     """The schedule's reuse of dying buffers changes no bit: with fusion (groups reuse) and
     without (elementwise ufuncs reuse), against NumPy itself and the gradients."""
@@ -269,3 +271,20 @@ def test_dying_value_reuse_equals_new_arrays(fn):
         for x, y in zip(leaves(other), leaves(got)):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15)
     assert adjit.gradcheck(fn, a, b) < 1e-5      # central differences near zero entries
+
+
+def test_a_value_read_with_its_transpose_is_not_overwritten():
+    """A group reading X and X.T where X dies: neither the result nor a temporary may take
+    X's buffer (found by the linear-algebra tests: the result was off by about 6)."""
+    rng = np.random.default_rng(0)
+    M1, M2 = rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
+
+    def f(A):
+        X = A @ A
+        Y = A @ M1
+        return (X * M1 + X.T * M2) + (Y * M1 + Y.T * M2)
+    A = rng.normal(size=(4, 4))
+    for backend in ("numpy", "numba"):
+        for k in (0, 10 ** 9):
+            got = adjit.compile(f, backend=backend, min_kernel_size=k)(A)
+            np.testing.assert_allclose(got, f(A), rtol=1e-12, atol=1e-12)
