@@ -312,8 +312,8 @@ def matrix_power(m, n):
     n = int(n)
     shape = tuple(_shape_of(m))
     if n < 0:
-        raise UnsupportedError(f"np.linalg.matrix_power with a negative exponent"
-                               f"{_at(user_where())}: matrix inverses are not supported")
+        from .linalg import inv
+        m, n = inv(m), -n
     if n == 0:
         return F.broadcast_to(np.eye(shape[-1], dtype=F._dtype_of(m)), shape)
     result, base = None, m

@@ -15,6 +15,7 @@ import numpy as np
 from ..ir.errors import UnsupportedError
 from . import composites as C
 from . import functions as F
+from . import linalg as LA
 from .tracer import Tracer, _at, user_where
 
 _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
@@ -280,6 +281,9 @@ FUNCTIONS = {
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+FUNCTIONS.update({np.linalg.inv: LA.inv, np.linalg.solve: LA.solve, np.linalg.det: LA.det,
+                  np.linalg.slogdet: LA.slogdet, np.linalg.cholesky: LA.cholesky,
+                  np.linalg.eigh: LA.eigh, np.linalg.eigvalsh: LA.eigvalsh})
 # names that come and go between NumPy versions
 for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz", C.trapezoid)]:
     if hasattr(np, _name):

@@ -493,6 +493,115 @@ _register(OpDef(
                                  None if t[1] is None else F.matmul(x, t[1])]),
     "{0} @ {1}", flops=lambda out, ins, a: 2 * _numel(out) * ins[0][-1]))
 
+
+# -- linear algebra on stacks of (..., n, n) matrices (frontend/linalg.py builds them) --------
+# Reverse-mode rules from Giles 2008, "An extended collection of matrix derivative results";
+# cholesky and eigh read only the lower triangle, as NumPy does, so their cotangents lie there.
+LA = _Lazy("adjit.frontend.linalg")
+
+
+def square_shape(shapes, a):
+    (s,) = shapes
+    assert len(s) >= 2 and s[-1] == s[-2], f"expected (..., n, n), got {s}"
+    return s
+
+
+def solve_shape(shapes, a):
+    s, b = square_shape(shapes[:1], a), shapes[1]
+    assert len(b) == len(s) and b[:-1] == s[:-1], f"solve: a {s} and b {b} do not fit"
+    return b
+
+
+def _cubes(k):
+    """FLOPs: k n^3 per matrix of the first argument (LAPACK's leading terms)."""
+    return lambda out, ins, a: int(k * _numel(ins[0][:-2]) * ins[0][-1] ** 3)
+
+
+def _part(name, parts):
+    return lambda args, a: f"np.linalg.{name}({args[0]})[{parts.index(a['part'])}]"
+
+
+def _solve_vjp(g, out, a, b):
+    gb = LA.solve(F.swap_last(a), g)
+    return [F.neg(F.matmul(gb, F.swap_last(out))), gb]
+
+
+def _solve_jvp(t, out, a, b):
+    rhs = _sum_t([t[1], None if t[0] is None else F.neg(F.matmul(t[0], out))])
+    return LA.solve(a, rhs)
+
+
+def _cholesky_vjp(g, out, a):
+    # Murray 2016, eq. 10: a_bar = L^-T Phi(L^T L_bar) L^-1, folded onto the lower triangle
+    li = LA.inv(out)
+    p = LA.phi(F.matmul(F.swap_last(out), g))
+    return [LA.to_lower(F.matmul(F.matmul(F.swap_last(li), p), li))]
+
+
+def _cholesky_jvp(t, out, a):
+    # dL = L Phi(L^-1 dA L^-T)
+    li = LA.inv(out)
+    return F.matmul(out, LA.phi(F.matmul(F.matmul(li, LA.from_lower(t[0])), F.swap_last(li))))
+
+
+def _eigh_vjp(g, out, a, part):
+    # a = V diag(w) V^T: a_bar = V (diag(w_bar) + F o (V^T V_bar)) V^T (Giles 2008, 3.1)
+    v = out if part == "eigenvectors" else LA.eigh(a).eigenvectors
+    if part == "eigenvalues":
+        inner = F.mul(F.reshape(g, g.shape[:-1] + (1, g.shape[-1])), v)
+    else:
+        gaps = LA.eigh_gaps(LA.eigvalsh(a))
+        inner = F.matmul(v, F.mul(gaps, F.matmul(F.swap_last(v), g)))
+    return [LA.to_lower(F.matmul(inner, F.swap_last(v)))]
+
+
+def _eigh_jvp(t, out, a, part):
+    w, v = LA.eigh(a)
+    vdv = F.matmul(F.swap_last(v), F.matmul(LA.from_lower(t[0]), v))
+    if part == "eigenvalues":
+        return F.sum(F.mul(vdv, F.lift(np.eye(v.shape[-1]), v.dtype, v.ctx)), axis=-1)
+    return F.matmul(v, F.mul(LA.eigh_gaps(w), vdv))
+
+
+_register(OpDef(
+    "inv", 1, "linalg", square_shape, first_dtype, np.linalg.inv,
+    lambda g, out, a: [F.neg(F.matmul(F.matmul(F.swap_last(out), g), F.swap_last(out)))],
+    lambda t, out, a: F.neg(F.matmul(F.matmul(out, t[0]), out)),
+    "np.linalg.inv({0})", flops=_cubes(2), doc="inverse of each (..., n, n) matrix"))
+_register(OpDef(
+    "solve", 2, "linalg", solve_shape, first_dtype, np.linalg.solve, _solve_vjp, _solve_jvp,
+    "np.linalg.solve({0}, {1})",
+    flops=lambda out, ins, a: _cubes(2 / 3)(out, ins, a) + 2 * _numel(out) * ins[0][-1],
+    doc="x with a @ x = b for a (..., n, n) and b (..., n, k) of the same batch shape"))
+_register(OpDef(
+    "det", 1, "linalg", lambda s, a: tuple(square_shape(s, a)[:-2]), first_dtype,
+    np.linalg.det,
+    lambda g, out, a: [LA.matrix_scale(F.mul(g, out), LA.inv_t(a))],
+    lambda t, out, a: F.mul(out, LA.trace_of(LA.inv_t(a), t[0])),
+    "np.linalg.det({0})", flops=_cubes(2 / 3)))
+_register(OpDef(
+    "slogdet", 1, "linalg", lambda s, a: tuple(square_shape(s, a)[:-2]), first_dtype,
+    lambda a, part: np.linalg.slogdet(a)[("sign", "logabsdet").index(part)],
+    lambda g, out, a, part: [None if part == "sign" else LA.matrix_scale(g, LA.inv_t(a))],
+    lambda t, out, a, part: None if part == "sign" else LA.trace_of(LA.inv_t(a), t[0]),
+    _part("slogdet", ("sign", "logabsdet")), flops=_cubes(2 / 3),
+    doc="part 'sign' (no gradient) or 'logabsdet' of np.linalg.slogdet"))
+_register(OpDef(
+    "cholesky", 1, "linalg", square_shape, first_dtype, np.linalg.cholesky,
+    _cholesky_vjp, _cholesky_jvp, "np.linalg.cholesky({0})", flops=_cubes(1 / 3),
+    doc="lower factor L of a = L @ L.T, reading the lower triangle of a"))
+_register(OpDef(
+    "eigh", 1, "linalg",
+    lambda s, a: tuple(square_shape(s, a)[:-1 if a["part"] == "eigenvalues" else None]),
+    first_dtype,
+    lambda a, part: np.linalg.eigvalsh(a) if part == "eigenvalues" else np.linalg.eigh(a)[1],
+    _eigh_vjp, _eigh_jvp,
+    lambda args, a: f"np.linalg.eigvalsh({args[0]})" if a["part"] == "eigenvalues"
+    else f"np.linalg.eigh({args[0]})[1]",
+    flops=lambda out, ins, a: _cubes(4 / 3 if a["part"] == "eigenvalues" else 9)(out, ins, a),
+    doc="part 'eigenvalues' (ascending) or 'eigenvectors' (columns) of a symmetric matrix, "
+        "reading its lower triangle; gradients need distinct eigenvalues"))
+
 # -- scans, rounding and arg-reductions (no or simple gradients) ------------------------------
 _register(OpDef(
     "cumsum", 1, "scan", same_shape, first_dtype, lambda x, axis: np.cumsum(x, axis=axis),

@@ -27,6 +27,13 @@ def domain(name, shape, rng):
         return rng.uniform(-0.8, 0.8, size=shape)
     if name == "gt1":
         return rng.uniform(1.2, 3.0, size=shape)
+    if name == "spd":  # (..., n, n) symmetric, eigenvalues in [1, n + 1) at least 0.5 apart
+        n = shape[-1]
+        q = np.linalg.qr(rng.normal(size=shape))[0]
+        w = 1.0 + np.arange(n) + rng.uniform(0.0, 0.5, size=shape[:-1])
+        return (q * w[..., None, :]) @ np.swapaxes(q, -1, -2)
+    if name == "invertible":  # (..., n, n) near 2 I: well conditioned, not symmetric
+        return 2.0 * np.eye(shape[-1]) + domain("away0", shape, rng) / 3.0
     raise KeyError(name)
 
 
@@ -131,6 +138,37 @@ TABLE = {
                           [((2, 3, 4), "any"), ((4, 5), "any")],
                           [((2, 3, 4), "any"), ((2, 4, 5), "any")]]},
 }
+
+
+def _slogdet(a):
+    sign, logabsdet = np.linalg.slogdet(a)
+    return sign * logabsdet + sign
+
+
+def _eigh(a):
+    # squared eigenvectors do not depend on the signs LAPACK picks
+    w, v = np.linalg.eigh(a)
+    return w[..., None, :] * v ** 2 + w[..., :, None]
+
+
+# batched 2 x 2: the cofactors are entries of a, so no gradient element is near 0, where the
+# element-wise relative error of test_gradcheck would measure rounding
+_SQUARE = [[((3, 3), "invertible")], [((2, 2, 2), "invertible")]]
+_SPD = [[((3, 3), "spd")], [((2, 4, 4), "spd")]]
+# linear algebra on stacks of matrices; the rows keep inputs well conditioned
+TABLE.update({
+    "inv": {"fn": np.linalg.inv, "inputs": _SQUARE},
+    "solve": {"fn": np.linalg.solve,
+              "inputs": [[((3, 3), "invertible"), ((3,), "any")],
+                         [((3, 3), "invertible"), ((3, 2), "any")],
+                         [((2, 3, 3), "invertible"), ((3,), "any")],
+                         [((2, 3, 3), "invertible"), ((3, 2), "any")],
+                         [((3, 3), "invertible"), ((2, 3, 2), "any")]]},
+    "det": {"fn": np.linalg.det, "inputs": _SQUARE},
+    "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},
+    "cholesky": {"fn": np.linalg.cholesky, "inputs": _SPD},
+    "eigh": {"fn": _eigh, "inputs": _SPD},
+})
 
 
 def cases():

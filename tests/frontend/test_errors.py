@@ -60,8 +60,8 @@ def test_unsupported_numpy_function_is_named():
 
 
 def test_unsupported_linalg_function_is_named():
-    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.inv"):
-        adjit.grad(lambda x: np.sum(np.linalg.inv(x)), backend="numpy")(np.eye(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.svd"):
+        adjit.grad(lambda x: np.sum(np.linalg.svd(x)[1]), backend="numpy")(np.eye(3))
 
 
 def test_in_place_update_is_refused_clearly():

@@ -181,3 +181,158 @@ def test_np_array_is_restored_after_tracing():
     original = np.array
     adjit.grad(lambda w: np.sum(np.array([w, w]) ** 2), backend="numpy")(w0)
     assert np.array is original
+
+
+# -- np.linalg: inv, solve, det, slogdet, cholesky, eigh -------------------------------------------
+def _spd(n, seed, batch=()):
+    """Symmetric positive definite, eigenvalues 1 .. n + 1 and at least 0.5 apart."""
+    r = np.random.default_rng(seed)
+    q = np.linalg.qr(r.normal(size=batch + (n, n)))[0]
+    w = 1.0 + np.arange(n) + r.uniform(0.0, 0.5, size=batch + (n,))
+    return (q * w[..., None, :]) @ np.swapaxes(q, -1, -2)
+
+
+S0 = _spd(4, 1)
+SB = _spd(3, 2, (2,))                         # a stack of two SPD matrices
+G0 = 2.0 * np.eye(4) + 0.3 * rng.normal(size=(4, 4))   # invertible, not symmetric
+R0 = rng.normal(size=4)
+Y0 = rng.normal(size=(4, 2))
+SIGN_FREE = np.abs   # eigenvectors are defined up to sign: losses see them through squares
+
+
+def gaussian_nll(S, r=R0):
+    return 0.5 * (r @ np.linalg.solve(S, r)) + 0.5 * np.linalg.slogdet(S)[1]
+
+
+LINALG = {
+    "inv": lambda A: np.sum(np.linalg.inv(A) * G0) + np.trace(np.linalg.inv(A @ A)),
+    "solve_vector": lambda A: np.sum(np.linalg.solve(A, R0) ** 2),
+    "solve_matrix": lambda A: np.sum(np.linalg.solve(A, Y0) * Y0),
+    "solve_b": lambda b: np.sum(np.linalg.solve(G0, b) ** 3) + np.sum(np.linalg.solve(S0, b)),
+    "det": lambda A: np.linalg.det(A) + np.linalg.det(A[:2, :2]) ** 2,
+    "slogdet": lambda A: np.linalg.slogdet(A)[1] * np.linalg.slogdet(A).sign,
+    "slogdet_unpacked": lambda A: _logabsdet(A),
+    "cholesky": lambda A: np.sum(np.linalg.cholesky(A) * G0),
+    "cholesky_upper": lambda A: np.sum(np.linalg.cholesky(A, upper=True) ** 2 * G0),
+    "eigh": lambda A: np.sum(np.linalg.eigh(A)[0] ** 2)
+    + np.sum(SIGN_FREE(np.linalg.eigh(A).eigenvectors) * G0),
+    "eigh_upper": lambda A: np.sum(np.linalg.eigh(A, UPLO="U")[1] ** 2 * G0)
+    + np.sum(np.linalg.eigvalsh(A, "U") * R0),
+    "eigvalsh": lambda A: np.sum(np.exp(np.linalg.eigvalsh(A))),
+    "gaussian_nll": gaussian_nll,
+    "gaussian_nll_cholesky": lambda S: 0.5 * np.sum(np.linalg.solve(np.linalg.cholesky(S), R0)
+                                                   ** 2)
+    + np.sum(np.log(np.diag(np.linalg.cholesky(S)))),
+    "least_squares": lambda w: np.sum((X @ np.linalg.solve(X.T @ X + np.diag(w ** 2), X.T @ YB)
+                                       - YB) ** 2),
+    "whitening": lambda A: np.sum((np.linalg.inv(np.linalg.cholesky(A)) @ X.T) ** 2),
+    "matrix_power_negative": lambda A: np.sum(np.linalg.matrix_power(A, -2)),
+    "parameterized_covariance": lambda B: gaussian_nll(B @ B.T + np.eye(4)),
+}
+LINALG_ARGS = {"solve_b": R0, "det": G0, "slogdet": G0, "inv": G0, "least_squares": w0 + 1.0,
+               "matrix_power_negative": G0, "parameterized_covariance": G0}
+
+
+def _logabsdet(A):
+    sign, logabsdet = np.linalg.slogdet(A)
+    return logabsdet
+
+
+@pytest.mark.parametrize("name", sorted(LINALG))
+def test_linalg_values_and_gradients(name):
+    fn, arg = LINALG[name], LINALG_ARGS.get(name, S0)
+    np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(arg), fn(arg), rtol=1e-12)
+    assert adjit.gradcheck(fn, arg, eps=1e-5) <= 1e-6
+
+
+BATCHED = {
+    "inv": (lambda A: np.sum(np.linalg.inv(A) ** 2), SB),
+    "solve_vector": (lambda A: np.sum(np.linalg.solve(A, R0[:3]) ** 2), SB),
+    "solve_broadcast_b": (lambda A: np.sum(np.linalg.solve(A, Y0[:3]) ** 2), SB),
+    "solve_broadcast_a": (lambda b: np.sum(np.linalg.solve(S0[:3, :3], b) ** 2),
+                          rng.normal(size=(2, 3, 2))),
+    "det": (lambda A: np.sum(np.linalg.det(A) * np.array([1.0, -2.0])), SB),
+    "slogdet": (lambda A: np.sum(np.linalg.slogdet(A)[1] ** 2), SB),
+    "cholesky": (lambda A: np.sum(np.linalg.cholesky(A) ** 3), SB),
+    "eigh": (lambda A: np.sum(np.linalg.eigh(A)[0] ** 3) + np.sum(np.linalg.eigh(A)[1] ** 4),
+             SB),
+    "nll_stack": (lambda S: np.sum(0.5 * np.sum(R0[:3] * np.linalg.solve(S, R0[:3]), axis=-1)
+                                   + 0.5 * np.linalg.slogdet(S)[1]), SB),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED))
+def test_linalg_batched(name):
+    fn, arg = BATCHED[name]
+    got = adjit.compile(fn, backend="numpy")(arg)
+    np.testing.assert_allclose(got, fn(arg), rtol=1e-12)
+    assert adjit.gradcheck(fn, arg, eps=1e-5) <= 1e-6
+
+
+def test_linalg_results_have_numpy_shapes():
+    def shapes(A, b):
+        return (np.linalg.inv(A), np.linalg.solve(A, b), np.linalg.solve(A, b[:, None]),
+                np.linalg.det(A), np.linalg.slogdet(A)[0], np.linalg.cholesky(A),
+                np.linalg.eigh(A)[0], np.linalg.eigh(A)[1], np.linalg.solve(A[0], A))
+    A = _spd(3, 4, (2, 5))
+    got = adjit.compile(shapes, backend="numpy")(A, R0[:3])
+    for g, r in zip(got, shapes(A, R0[:3])):
+        assert g.shape == np.shape(r)
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(LINALG))
+def test_linalg_float32_stays_float32(name):
+    fn, arg = LINALG[name], LINALG_ARGS.get(name, S0)
+    x = arg.astype(np.float32)
+    v, g = adjit.value_and_grad(fn, backend="numpy")(x)
+    assert g.dtype == np.float32
+    assert v.dtype == np.asarray(fn(x)).dtype    # as NumPy promotes (a float64 constant may)
+    np.testing.assert_allclose(g, adjit.grad(fn, backend="numpy")(arg), rtol=2e-3, atol=2e-3)
+
+
+def test_gaussian_nll_gradient_is_the_textbook_one():
+    # d/dS of 0.5 r^T S^-1 r + 0.5 log|S| is 0.5 (S^-1 - S^-1 r r^T S^-1)
+    si = np.linalg.inv(S0)
+    want = 0.5 * (si - si @ np.outer(R0, R0) @ si)
+    np.testing.assert_allclose(adjit.grad(gaussian_nll, backend="numpy")(S0), want, rtol=1e-10)
+
+
+def test_gaussian_nll_hessian_by_nesting():
+    fn = LINALG["parameterized_covariance"]
+    v = rng.normal(size=G0.shape)
+    hv = adjit.hvp(fn, backend="numpy")(G0, v)
+    gr = adjit.grad(fn, backend="numpy")
+    num = (gr(G0 + 1e-6 * v) - gr(G0 - 1e-6 * v)) / 2e-6
+    np.testing.assert_allclose(hv, num, rtol=1e-5, atol=1e-6)
+    h = adjit.hessian(lambda w: LINALG["least_squares"](w), backend="numpy")(w0 + 1.0)
+    g = adjit.grad(LINALG["least_squares"], backend="numpy")
+    num = np.stack([(g(w0 + 1.0 + 1e-6 * e) - g(w0 + 1.0 - 1e-6 * e)) / 2e-6
+                    for e in np.eye(4)], axis=1)
+    np.testing.assert_allclose(h, num, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(LINALG))
+def test_linalg_numba_backend_gives_the_same_numbers(name):
+    fn, arg = LINALG[name], LINALG_ARGS.get(name, S0)
+    v, g = adjit.value_and_grad(fn, backend="numpy")(arg)
+    v2, g2 = adjit.value_and_grad(fn, backend="numba", min_kernel_size=0)(arg)
+    np.testing.assert_allclose(v2, v, rtol=1e-12)
+    np.testing.assert_allclose(g2, g, rtol=1e-10, atol=1e-12)
+
+
+def test_singular_matrix_raises_linalg_error():
+    f = adjit.value_and_grad(lambda A: np.sum(np.linalg.inv(A)), backend="numpy")
+    with pytest.raises(np.linalg.LinAlgError):
+        f(np.ones((3, 3)))
+    with pytest.raises(np.linalg.LinAlgError):   # not positive definite
+        adjit.grad(lambda A: np.sum(np.linalg.cholesky(A)), backend="numpy")(-S0)
+
+
+def test_linalg_shape_mistakes_are_named():
+    with pytest.raises(adjit.ShapeError, match=r"np\.linalg\.inv.*square.*\(3, 4\)"):
+        adjit.grad(lambda A: np.sum(np.linalg.inv(A)), backend="numpy")(np.ones((3, 4)))
+    with pytest.raises(adjit.ShapeError, match=r"np\.linalg\.solve.*\(4,\).*\(3, 3\)"):
+        adjit.grad(lambda A: np.sum(np.linalg.solve(A, R0)), backend="numpy")(S0[:3, :3])
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.det of float16"):
+        adjit.compile(np.linalg.det, backend="numpy")(S0.astype(np.float16))
