@@ -6,12 +6,17 @@ contiguous value, transpose, slice) alias their base, which stays alive until it
 dies; inputs and constants are not counted; outputs live to the end. "Working" memory is the
 same count less the results already computed (the gradients a training step returns).
 
-Donation: given {output node: donated input node} candidates (passes/donation.py) and the
-backend's rule for which nodes it can compute into an input's buffer (`in_place_ok`), a
-result is written in place when every other reader of that input runs before it; it then
-allocates nothing. Such an update (a training step's `W - lr * dW`) is moved to run as soon
-as its gradient exists and the old value is no longer read, so each gradient dies at once
-instead of every gradient living until the end of the backward pass.
+Placement (`plan`), when the backend says which nodes it can compute into an argument's
+buffer (`in_place_ok`):
+- Donation: given the donated arguments (passes/donation.py), a result shaped like one is
+  written into it when every other reader of that input runs before; it then allocates
+  nothing. Such an update (a training step's `W - lr * dW`) is moved to run as soon as its
+  gradient exists and the old value is no longer read, so each gradient dies at once instead
+  of every gradient living until the end of the backward pass.
+- Dying values: a node takes the buffer of an argument whose every name dies where the node
+  runs (`reuse_dying`), and a fused group's temporaries may take the other such buffers, so
+  a backward such as `g * (1 - h * h)` allocates nothing. The estimate counts these buffers
+  exactly as the generated code uses them.
 """
 from __future__ import annotations
 
@@ -241,7 +246,9 @@ def _by_preference(g: Graph, n) -> list:
 
 def _scratch(scratch, g, n, placed):
     """The backend's scratch bytes of n, told the placement (`Placed`) when there is one."""
-    return scratch(g, n, placed) if placed else scratch(g, n)
+    if placed is not None and (placed.in_place or placed.spare):
+        return scratch(g, n, placed)
+    return scratch(g, n)
 
 
 def plan(g: Graph, order=None, scratch=None, donate_argnums=(), in_place_ok=None) -> Schedule:
