@@ -9,6 +9,7 @@ import pytest
 
 import adjit
 from adjit.ir.errors import AdjitError
+from adjit.nn.memory_study import tanh_mlp_loss as tanh_mlp
 from programs import adam_init, adam_step, fuzz_programs, mlp_params, mnist_like, sgd_step
 
 
@@ -33,13 +34,6 @@ def same_bits(a, b):
         x, y = np.asarray(x), np.asarray(y)
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y, equal_nan=True), np.max(np.abs(x - y))
-
-
-def tanh_mlp(p, x):
-    h = x
-    for i in range(len(p) // 2):
-        h = np.tanh(h @ p[f"W{i}"].T + p[f"b{i}"])
-    return np.mean(h * h)
 
 
 def tanh_sgd(params, x):
