@@ -50,12 +50,18 @@ def numpy_group(cg, run):
     return numpy_group_plan(cg, run)[0]
 
 
+class _Placeholders(dict):
+    def __missing__(self, n):
+        return f"v{n}"
+
+
 class _Names:
+    """What `numpy_group_plan` needs of a Codegen, with placeholder names: `scratch_bytes`
+    runs the plan for its byte count only (real names would cost a pass over every input)."""
     in_place, spare = {}, {}
 
     def __init__(self, g):
-        from .codegen import Names
-        self.g, self.names, self.attrs_tab = g, Names(g), []
+        self.g, self.names, self.attrs_tab = g, _Placeholders(), []
 
     def arg(self, x):
         return self.names[x]

@@ -6,7 +6,6 @@ reshapes and casts). Node ids stay in topological order; outputs keep their posi
 """
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from ..ir.graph import Graph
@@ -71,10 +70,15 @@ def simplify(g: Graph) -> Graph:
 
 
 def _live(g):
+    """Inputs, outputs and everything an output depends on (one walk from all outputs)."""
     live = set(g.inputs)
-    for o in g.outputs:
-        live.add(o)
-        live |= nx.ancestors(g.nx, o)
+    todo = [o for o in g.outputs]
+    while todo:
+        n = todo.pop()
+        if n in live and n not in g.inputs:
+            continue
+        live.add(n)
+        todo.extend(a for a in g.args(n) if a not in live)
     return live
 
 
