@@ -190,14 +190,18 @@ def _tracing_generated(on_event):
 
 
 def _result_names(fn, args):
-    """Call fn once; -> names of the generated code's locals that it returns (not inputs)."""
+    """Call fn once; -> names of the generated code's locals that it returns (not inputs, nor
+    results written into an input's buffer: a donated argument allocates nothing)."""
     names = []
 
     def on_event(frame, event, arg):
         if event == "return" and isinstance(arg, tuple):
             ids = {id(x) for x in arg}
             params = frame.f_code.co_varnames[:frame.f_code.co_argcount]
-            names[:] = [k for k, v in frame.f_locals.items() if id(v) in ids and k not in params]
+            local = frame.f_locals
+            inputs = {id(local[p]) for p in params if p in local}
+            names[:] = [k for k, v in local.items()
+                        if id(v) in ids and k not in params and id(v) not in inputs]
         return on_event
     with _tracing_generated(on_event):
         fn(*args)

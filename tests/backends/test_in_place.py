@@ -282,3 +282,14 @@ def test_a_value_read_with_its_transpose_is_not_overwritten():
         for k in (0, 10 ** 9):
             got = adjit.compile(f, backend=backend, min_kernel_size=k)(A)
             np.testing.assert_allclose(got, f(A), rtol=1e-12, atol=1e-12)
+
+
+def test_working_memory_of_a_donated_step_sets_nothing_aside():
+    """measure_peak_memory(exclude_results=True) subtracts results it allocated; updates
+    written into the parameters' own buffers were not allocated, so the working memory of a
+    donated step is its whole peak."""
+    p, x = tanh_problem(8, 128, 4)
+    f = adjit.compile(tanh_sgd, backend="numpy", donate_argnums=0)
+    whole = adjit.measure_peak_memory(f, copies(p), x)
+    work = adjit.measure_peak_memory(f, copies(p), x, exclude_results=True)
+    assert abs(work - whole) <= 0.05 * whole + 4096, (work, whole)
