@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from ..ir.errors import GradError, ShapeError, UnsupportedError
+from ..ir.errors import GradError, ShapeError
 from . import functions as F
 from . import pytree
 from .trace import check_differentiable, leaf_spec, replay, trace
@@ -84,21 +84,29 @@ class Compiled:
     def _key(self, args):
         return self._flatten(args)[0]
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = bind_keywords(self.fn, self.__name__, args, kwargs)
         key, leaves = self._flatten(args)
-        if any(isinstance(x, Tracer) for x in leaves):
+        if current() is not None or any(isinstance(x, Tracer) for x in leaves):
+            # inside a trace (traced arguments, or concrete ones while tracing an enclosing
+            # function that this one may close over): inline into that trace
             return self._traced(*args)
         prog = self._cache.get(key)
         if prog is None:
             prog = self._cache[key] = self._build(args)
         return prog.run_flat(leaves)
 
-    def trace(self, *args):
+    def trace(self, *args, **kwargs):
         """The graph of this function for these arguments, before any pass."""
+        if kwargs:
+            args = bind_keywords(self.fn, self.__name__, args, kwargs)
         return trace(self._traced_named(), *args, static_argnums=self.static_argnums)
 
-    def lower(self, *args):
+    def lower(self, *args, **kwargs):
         """The Program (source, IR, memory estimate) for these arguments."""
+        if kwargs:
+            args = bind_keywords(self.fn, self.__name__, args, kwargs)
         key = self._key(args)
         prog = self._cache.get(key)
         if prog is None:
@@ -119,6 +127,38 @@ class Compiled:
         g = self.trace(*args)
         return compile_graph(g, Program, self.static_argnums, name=self.__name__,
                              **self.options)
+
+
+def bind_keywords(fn, name, args, kwargs):
+    """Positional arguments for fn(*args, **kwargs): keyword arguments naming positional
+    parameters take their place (argnums and static_argnums count them by position), and
+    parameters skipped between take their defaults."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    index = {p.name: i for i, p in enumerate(positional) if p.kind != p.POSITIONAL_ONLY}
+    for k in kwargs:
+        if k not in index:
+            raise TypeError(
+                f"{name}() got keyword argument {k!r}, which is not a positional parameter of "
+                f"{_fn_name(fn)}; adjit passes arguments by position (argnums and "
+                "static_argnums count positions), so pass it positionally or bind it first "
+                "with functools.partial")
+        if index[k] < len(args):
+            raise TypeError(f"{name}() got multiple values for argument {k!r}")
+    out = list(args)
+    for i in range(len(args), max(index[k] for k in kwargs) + 1):
+        p = positional[i]
+        if p.name in kwargs:
+            out.append(kwargs[p.name])
+        elif p.default is not p.empty:
+            out.append(p.default)
+        else:
+            raise TypeError(f"{name}() missing argument {p.name!r}")
+    return tuple(out)
 
 
 def compile_graph(g, Program, static_argnums=(), name="fn", backend="auto", fuse=True,
@@ -203,30 +243,56 @@ def _outer_leaves(args, static, g):
     out = []
     for x, n in zip(leaves, g.inputs):
         out.append(x if isinstance(x, Tracer) else F.lift(x, g[n]["dtype"], current()))
-    return out
+    # arrays of enclosing traces that fn closes over come last (TraceContext.capture)
+    return out + list(g.meta.get("captured", ()))
+
+
+def _n_arg_inputs(g):
+    """How many of g.inputs are leaves of the arguments (the rest are captured arrays)."""
+    return len(g.inputs) - len(g.meta.get("captured", ()))
 
 
 def _fn_name(fn):
     return getattr(fn, "__name__", "fn")
 
 
+def _defined_at(fn):
+    """' (defined at file:line (source))' for a Python function, '' otherwise."""
+    from ..ir.graph import Where
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    return f" (defined at {Where(code.co_filename, code.co_firstlineno)})" if code else ""
+
+
+def _returned_at(g, k=0):
+    w = g[g.outputs[k]]["where"] if len(g.outputs) > k else None
+    return f" at {w}" if w is not None else ""
+
+
 def _scalar_loss_check(g, fn, has_aux):
+    name = _fn_name(fn) + _defined_at(fn)
     if has_aux:
         tree = g.meta["out_tree"]
         if tree[0] not in ("tuple", "list") or tree[1] != 2:
-            raise GradError(f"{_fn_name(fn)} was called with has_aux=True, so it must return "
-                            "a pair (loss, aux)")
-    if not g.outputs:
-        raise GradError(f"{_fn_name(fn)} returned no array to differentiate")
+            raise GradError(f"{name} was called with has_aux=True, so it must return "
+                            f"a pair (loss, aux){_returned_at(g)}")
+    elif g.meta["out_tree"][0] != "leaf":
+        raise GradError(
+            f"grad needs a scalar output, but {name} returned a "
+            f"{g.meta['out_tree'][0]} of {len(g.outputs)} arrays; return the loss alone, or "
+            "return (loss, aux) and pass has_aux=True")
+    if not g.outputs or (has_aux and pytree.num_leaves(g.meta["out_tree"][2][0]) != 1):
+        raise GradError(f"{name} must return one scalar loss"
+                        + (" as the first item of (loss, aux)" if has_aux else ""))
     d = g[g.outputs[0]]
     if d["shape"] != ():
         raise GradError(
-            f"grad needs a scalar output, but {_fn_name(fn)} returned shape {d['shape']}; "
-            "reduce it (.sum() or .mean()), or use adjit.vjp / adjit.jacobian for "
-            "non-scalar outputs")
+            f"grad needs a scalar output, but {name} returned shape {d['shape']}"
+            f"{_returned_at(g)}; reduce it (.sum() or .mean()), or use adjit.vjp / "
+            "adjit.jacobian for non-scalar outputs")
     if d["dtype"].kind not in "fc":
-        raise GradError(f"grad needs a floating-point output, but {_fn_name(fn)} returned "
-                        f"{d['dtype']}")
+        raise GradError(f"grad needs a floating-point output, but {name} returned "
+                        f"{d['dtype']}{_returned_at(g)}; compute the loss in floats (an "
+                        "integer or Python int argument has no gradient: pass 3.0, not 3)")
 
 
 def _grad_traced(fn, argnums, has_aux, with_value, static):
@@ -239,7 +305,7 @@ def _grad_traced(fn, argnums, has_aux, with_value, static):
         _scalar_loss_check(g, fn, has_aux)
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
-        check_differentiable(g, wrt, _fn_name(fn))
+        check_differentiable(g, wrt, _fn_name(fn) + _defined_at(fn))
         j = derive_adjoint(g, wrt, outputs=[0])
         leaves = _outer_leaves(args, static, g)
         _note_parameters([leaves[p] for p in wrt])
@@ -333,11 +399,37 @@ def _cached(kind, fn, make, options):
 
 
 def _float_positions(g):
-    return [k for k, n in enumerate(g.inputs) if g[n]["dtype"].kind in "fc"]
+    return [k for k in range(_n_arg_inputs(g)) if g[g.inputs[k]]["dtype"].kind in "fc"]
 
 
-def vjp(fn, *primals, **compile_options):
-    """(fn(*primals), vjp_fn) where vjp_fn(cotangent) gives one cotangent per primal.
+def _aux_split(g, fn, has_aux, what):
+    """(number of leading output leaves that are differentiated, their treedef, aux treedef)"""
+    tree = g.meta["out_tree"]
+    if not has_aux:
+        return len(g.outputs), tree, None
+    if tree[0] not in ("tuple", "list") or tree[1] != 2:
+        raise GradError(f"{what} of {_fn_name(fn)} was called with has_aux=True, so "
+                        f"{_fn_name(fn)} must return a pair (output, aux)")
+    return pytree.num_leaves(tree[2][0]), tree[2][0], tree[2][1]
+
+
+def _lift_like(x, node, what):
+    """x (a cotangent or tangent leaf) as a tracer with the shape and dtype of `node`:
+    a float64 cotangent for a float32 output is cast, as the output's own would be."""
+    shape = x.shape if isinstance(x, Tracer) else np.shape(x)
+    if tuple(shape) != tuple(node["shape"]):
+        raise ShapeError(f"{what} has shape {tuple(shape)}, expected {tuple(node['shape'])}")
+    if isinstance(x, Tracer):
+        return x if x.dtype == node["dtype"] else F.cast(x, node["dtype"])
+    return F.lift(x, node["dtype"], current())
+
+
+def vjp(fn, *primals, has_aux=False, **compile_options):
+    """(fn(*primals), vjp_fn) where vjp_fn(cotangent) gives one cotangent per primal; with
+    has_aux, fn returns (output, aux) and vjp returns (output, vjp_fn, aux).
+
+    The cotangent has the structure of fn's output (dict keys in any order); each leaf is
+    cast to the output's dtype. Integer primals get None.
 
     >>> import numpy as np, adjit
     >>> y, f_vjp = adjit.vjp(lambda x: x * 3.0, np.array([1.0, 2.0]))
@@ -347,25 +439,23 @@ def vjp(fn, *primals, **compile_options):
     from ..passes.autodiff import derive_adjoint
     out = _cached("compile", fn, lambda: Compiled(fn, **compile_options),
                   compile_options)(*primals)
+    if has_aux:
+        _aux_pair(out, fn, "vjp")
 
     def make():
         @functools.wraps(fn)
         def traced(primals, cotangent):
             g = trace(fn, *primals)
+            n_main, main_tree, _ = _aux_split(g, fn, has_aux, "vjp")
             pos = _float_positions(g)
-            j = derive_adjoint(g, pos, seed="inputs")
-            cts = [x if isinstance(x, Tracer) else F.lift(x, g[o]["dtype"], current())
-                   for x, o in zip(pytree.flatten(cotangent)[0], g.outputs)]
-            if len(cts) != len(g.outputs):
-                raise ShapeError(f"vjp: the cotangent has {len(cts)} leaves but "
-                                 f"{_fn_name(fn)} returns {len(g.outputs)}")
-            for c, o in zip(cts, g.outputs):
-                if c.shape != g[o]["shape"]:
-                    raise ShapeError(f"vjp: cotangent shape {c.shape} differs from the output "
-                                     f"shape {g[o]['shape']}")
+            main = list(range(n_main))
+            j = derive_adjoint(g, pos, seed="inputs", outputs=main)
+            ct_leaves = pytree.flatten_like(cotangent, main_tree, "vjp cotangent")
+            cts = [_lift_like(x, g[g.outputs[k]], f"vjp: the cotangent for output {k}")
+                   for k, x in zip(main, ct_leaves)]
             outs, _ = replay(j, _outer_leaves(primals, (), g) + cts)
             res = list(outs[len(g.outputs):])
-            leaves = [res.pop(0) if k in pos else None for k in range(len(g.inputs))]
+            leaves = [res.pop(0) if k in pos else None for k in range(_n_arg_inputs(g))]
             result, k = [], 0
             for tree in g.meta["in_trees"]:
                 m = pytree.num_leaves(tree)
@@ -374,36 +464,44 @@ def vjp(fn, *primals, **compile_options):
             return tuple(result)
         return Compiled(traced, name=f"vjp_{_fn_name(fn)}", **compile_options)
 
-    back = _cached("vjp", fn, make, compile_options)
-    return out, lambda cotangent: back(tuple(primals), cotangent)
+    back = _cached("vjp" + ("_aux" if has_aux else ""), fn, make, compile_options)
+    vjp_fn = functools.partial(_call_vjp, back, tuple(primals))
+    return (out[0], vjp_fn, out[1]) if has_aux else (out, vjp_fn)
+
+
+def _call_vjp(back, primals, cotangent):
+    return back(primals, cotangent)
+
+
+def _aux_pair(out, fn, what):
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise GradError(f"{what} of {_fn_name(fn)} was called with has_aux=True, so "
+                        f"{_fn_name(fn)} must return a pair (output, aux)")
 
 
 def jvp(fn, primals, tangents, **compile_options):
-    """(fn(*primals), J tangents): forward mode.
+    """(fn(*primals), J tangents): forward mode. tangents has the structure of primals;
+    each leaf is cast to its primal's dtype.
 
     >>> import numpy as np, adjit
     >>> adjit.jvp(lambda x: x ** 3, (np.array(2.0),), (np.array(1.0),))
     (array(8.), array(12.))
     """
     from ..passes.autodiff import derive_tangent
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp(fn, primals, tangents): primals and tangents must be tuples or "
+                        "lists with one entry per argument of fn, e.g. jvp(f, (x,), (v,))")
 
     def make():
         @functools.wraps(fn)
         def traced(primals, tangents):
             g = trace(fn, *primals)
             pos = _float_positions(g)
-            t_leaves = pytree.flatten(list(tangents))[0]
-            if len(t_leaves) != len(g.inputs):
-                raise ShapeError(f"jvp: tangents must have the structure of the primals "
-                                 f"({len(g.inputs)} arrays), got {len(t_leaves)}")
-            ts = []
-            for k in pos:
-                t, n = t_leaves[k], g.inputs[k]
-                if np.shape(t) != g[n]["shape"] if not isinstance(t, Tracer) \
-                        else t.shape != g[n]["shape"]:
-                    raise ShapeError(f"jvp: tangent for {g[n]['name']} has shape "
-                                     f"{np.shape(t)}, expected {g[n]['shape']}")
-                ts.append(t if isinstance(t, Tracer) else F.lift(t, g[n]["dtype"], current()))
+            trees = tuple(g.meta["in_trees"])
+            t_leaves = pytree.flatten_like(tuple(tangents), ("tuple", len(trees), trees),
+                                           "jvp tangents (they need the structure of primals)")
+            ts = [_lift_like(t_leaves[k], g[g.inputs[k]],
+                             f"jvp: the tangent for {g[g.inputs[k]]['name']}") for k in pos]
             tg = derive_tangent(g, pos)
             outs, _ = replay(tg, _outer_leaves(primals, (), g) + ts)
             n = len(g.outputs)
@@ -414,101 +512,146 @@ def jvp(fn, primals, tangents, **compile_options):
     return _cached("jvp", fn, make, compile_options)(tuple(primals), tuple(tangents))
 
 
-def _single(g, what, fn):
-    if len(g.outputs) != 1:
-        raise UnsupportedError(f"{what} of {_fn_name(fn)}: it must return one array "
-                               f"(got {len(g.outputs)} arrays)")
+def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
+    """The Jacobian of fn with respect to args[argnums], structured as in JAX: for each
+    output leaf of shape S and each input leaf of shape T an array of shape S + T, nested as
+    the output's structure holding args[argnums]'s structure (a tuple of them when argnums is
+    a tuple). With has_aux, fn returns (output, aux) and the result is (jacobian, aux).
 
-
-def jacobian(fn, argnums=0, **compile_options):
-    """The Jacobian of fn with respect to args[argnums]: shape out.shape + x.shape.
-
-    Uses reverse mode when the output is smaller than the input, forward mode otherwise.
+    Uses reverse mode when the outputs are smaller than the inputs, forward mode otherwise.
 
     >>> import numpy as np, adjit
     >>> adjit.jacobian(lambda x: x * x)(np.array([1.0, 2.0]))
     array([[2., 0.],
            [0., 4.]])
     """
-    from ..passes.autodiff import derive_adjoint, derive_tangent
+    static = _static(static_argnums)
 
     @functools.wraps(fn)
     def traced(*args):
-        g = trace(fn, *args)
-        _single(g, "jacobian", fn)
-        pos = _leaf_positions(g, args, ())
-        if argnums not in pos or len(pos[argnums]) != 1:
-            raise UnsupportedError("jacobian needs args[argnums] to be a single array")
-        p = pos[argnums][0]
-        check_differentiable(g, [p], _fn_name(fn))
-        leaves = _outer_leaves(args, (), g)
-        xs, os_ = g[g.inputs[p]], g[g.outputs[0]]
-        n_in, n_out = int(np.prod(xs["shape"])), int(np.prod(os_["shape"]))
-        rows = []
-        if n_out <= n_in:
-            j = derive_adjoint(g, [p], seed="inputs")
-            for i in range(n_out):
-                e = np.zeros(n_out, os_["dtype"])
-                e[i] = 1
-                ct = F.lift(e.reshape(os_["shape"]), os_["dtype"], current())
-                rows.append(F.reshape(replay(j, leaves + [ct])[0][1], (-1,)))
-            jac = F.stack(rows, 0) if rows else F.zeros((0, n_in), xs["dtype"])
-        else:
-            t = derive_tangent(g, [p])
-            for i in range(n_in):
-                e = np.zeros(n_in, xs["dtype"])
-                e[i] = 1
-                tan = F.lift(e.reshape(xs["shape"]), xs["dtype"], current())
-                rows.append(F.reshape(replay(t, leaves + [tan])[0][1], (-1,)))
-            jac = F.stack(rows, 1)
-        return F.reshape(jac, tuple(os_["shape"]) + tuple(xs["shape"]))
-    return Compiled(fn, traced, name=f"jacobian_{_fn_name(fn)}", **compile_options)
+        nums, many = _norm_argnums(argnums, len(args), static)
+        g = trace(fn, *args, static_argnums=static)
+        n_main, main_tree, aux_tree = _aux_split(g, fn, has_aux, "jacobian")
+        pos = _leaf_positions(g, args, static)
+        wrt = [p for a in nums for p in pos[a]]
+        check_differentiable(g, wrt, _fn_name(fn) + _defined_at(fn))
+        outs_ = [g[g.outputs[k]] for k in range(n_main)]
+        for k, d in enumerate(outs_):
+            if d["dtype"].kind not in "fc":
+                raise GradError(f"jacobian of {_fn_name(fn)}: output {k} has dtype "
+                                f"{d['dtype']}; only floating-point outputs have derivatives")
+        leaves = _outer_leaves(args, static, g)
+        blocks = _jacobian_blocks(g, leaves, wrt, n_main)
+        per_out = []
+        for k in range(n_main):
+            per_arg, q = [], 0
+            for a in nums:
+                m = len(pos[a])
+                per_arg.append(pytree.unflatten(g.meta["in_trees"][a], blocks[k][q:q + m]))
+                q += m
+            per_out.append(tuple(per_arg) if many else per_arg[0])
+        jac = pytree.unflatten(main_tree, per_out)
+        if not has_aux:
+            return jac
+        prim, _ = replay(g, leaves)
+        return jac, pytree.unflatten(aux_tree, prim[n_main:])
+    return Compiled(fn, traced, static_argnums=static, name=f"jacobian_{_fn_name(fn)}",
+                    **compile_options)
 
 
-def hessian(fn, argnums=0, **compile_options):
-    """The Hessian of a scalar fn with respect to args[argnums]: shape x.shape + x.shape.
+def _jacobian_blocks(g, leaves, wrt, n_main):
+    """blocks[k][q]: d output k / d input wrt[q], shape out_k.shape + in_q.shape."""
+    from ..passes.autodiff import derive_adjoint, derive_tangent
+    ins = [g[g.inputs[p]] for p in wrt]
+    outs = [g[g.outputs[k]] for k in range(n_main)]
+    size = lambda d: int(np.prod(d["shape"], dtype=np.int64))  # noqa: E731
+    n_in, n_out = sum(map(size, ins)), sum(map(size, outs))
+    parts = [[[] for _ in wrt] for _ in outs]
+
+    def basis(ds, which, i):
+        return [F.lift(np.eye(1, size(d), i, dtype=d["dtype"]).reshape(d["shape"])
+                       if k == which else np.zeros(d["shape"], d["dtype"]), d["dtype"], current())
+                for k, d in enumerate(ds)]
+    reverse = n_out <= n_in
+    if reverse:
+        j = derive_adjoint(g, wrt, seed="inputs", outputs=list(range(n_main)))
+        for k, d in enumerate(outs):
+            for i in range(size(d)):
+                res = replay(j, leaves + basis(outs, k, i))[0][len(g.outputs):]
+                for q in range(len(wrt)):
+                    parts[k][q].append(F.reshape(res[q], (-1,)))
+    else:
+        t = derive_tangent(g, wrt)
+        for q, d in enumerate(ins):
+            for i in range(size(d)):
+                res = replay(t, leaves + basis(ins, q, i))[0][len(g.outputs):]
+                for k in range(n_main):
+                    parts[k][q].append(F.reshape(res[k], (-1,)))
+    blocks = []
+    for k, do in enumerate(outs):
+        row = []
+        for q, di in enumerate(ins):
+            shape = tuple(do["shape"]) + tuple(di["shape"])
+            if not parts[k][q]:
+                row.append(F.zeros(shape, di["dtype"] if reverse else do["dtype"]))
+            else:
+                row.append(F.reshape(F.stack(parts[k][q], 0 if reverse else 1), shape))
+        blocks.append(row)
+    return blocks
+
+
+def hessian(fn, argnums=0, *, static_argnums=(), **compile_options):
+    """The Hessian of a scalar fn with respect to args[argnums]: shape x.shape + x.shape
+    (nested like jacobian for pytrees and argnums tuples, as in JAX).
 
     >>> import numpy as np, adjit
     >>> adjit.hessian(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]))
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    inner = jacobian(grad(fn, argnums), argnums)
-    return Compiled(fn, inner._traced, name=f"hessian_{_fn_name(fn)}", **compile_options)
+    static = _static(static_argnums)
+    inner = jacobian(grad(fn, argnums, static_argnums=static), argnums,
+                     static_argnums=static)
+    return Compiled(fn, inner._traced, static_argnums=static, name=f"hessian_{_fn_name(fn)}",
+                    **compile_options)
 
 
-def hvp(fn, argnums=0, **compile_options):
-    """h(*args, v) = (Hessian of fn at args) @ v, by forward mode over reverse mode.
+def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
+    """h(*args, v) = (Hessian of fn at args) @ v, by forward mode over reverse mode; v has
+    the structure of args[argnums] (a tuple of them when argnums is a tuple).
 
     >>> import numpy as np, adjit
     >>> adjit.hvp(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
     from ..passes.autodiff import derive_tangent
-    g_fn = grad(fn, argnums)
+    static = _static(static_argnums)
+    g_fn = grad(fn, argnums, static_argnums=static)
 
     @functools.wraps(fn)
     def traced(*args_v):
+        if not args_v:
+            raise TypeError(f"hvp of {_fn_name(fn)} is called as h(*args, v)")
         args, v = args_v[:-1], args_v[-1]
-        g = trace(g_fn, *args)
-        pos = _leaf_positions(g, args, ())
-        nums, _ = _norm_argnums(argnums, len(args), ())
-        wrt = pos[nums[0]]
-        v_leaves = pytree.flatten(v)[0]
-        if len(v_leaves) != len(wrt):
-            raise ShapeError("hvp: v must have the structure of args[argnums]")
-        vs = [x if isinstance(x, Tracer) else F.lift(x, g[g.inputs[k]]["dtype"], current())
-              for x, k in zip(v_leaves, wrt)]
+        nums, many = _norm_argnums(argnums, len(args), static)
+        g = trace(g_fn, *args, static_argnums=static)
+        pos = _leaf_positions(g, args, static)
+        wrt = [p for a in nums for p in pos[a]]
+        trees = tuple(g.meta["in_trees"][a] for a in nums)
+        v_leaves = pytree.flatten_like(v, ("tuple", len(trees), trees) if many else trees[0],
+                                       "hvp: v (it needs the structure of args[argnums])")
+        vs = [_lift_like(x, g[g.inputs[k]], "hvp: v") for x, k in zip(v_leaves, wrt)]
         t = derive_tangent(g, wrt)
-        outs, _ = replay(t, _outer_leaves(args, (), g) + vs)
+        outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         n = len(g.outputs)
         return pytree.unflatten(g.meta["out_tree"], outs[n:])
-    return Compiled(fn, traced, name=f"hvp_{_fn_name(fn)}", **compile_options)
+    return Compiled(fn, traced, static_argnums=static, name=f"hvp_{_fn_name(fn)}",
+                    **compile_options)
 
 
-def gradcheck(fn, *args, argnums=0, eps=1e-6):
+def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
     """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient and
-    central differences, in float64.
+    central differences, in float64. With has_aux, fn returns (loss, aux) as for grad.
 
     >>> import numpy as np, adjit
     >>> adjit.gradcheck(lambda x: np.sum(np.sin(x)), np.array([0.3, 1.2])) < 1e-8
@@ -517,11 +660,15 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6):
     def f64(x):
         a = np.asarray(x)
         return a.astype(np.float64) if a.dtype.kind == "f" else a
-    args = [pytree.unflatten(pytree.flatten(a)[1], [f64(x) for x in pytree.flatten(a)[0]])
-            for a in args]
-    nums = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
-    gs = grad(fn, tuple(nums), backend="numpy")(*args)
-    f = compile(fn, backend="numpy")
+    static = _static(static_argnums)
+    args = [a if i in static else
+            pytree.unflatten(pytree.flatten(a)[1], [f64(x) for x in pytree.flatten(a)[0]])
+            for i, a in enumerate(args)]
+    nums, _ = _norm_argnums(argnums, len(args), static)
+    gs = grad(fn, tuple(nums), has_aux=has_aux, static_argnums=static, backend="numpy")(*args)
+    if has_aux:
+        gs = gs[0]
+    f = compile(fn, backend="numpy", static_argnums=static)
     worst = 0.0
     for a, ga in zip(nums, gs):
         leaves, tree, _ = pytree.flatten(args[a])

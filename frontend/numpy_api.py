@@ -482,6 +482,9 @@ def constructors_accept_tracers():
 def _pow(x, p):
     # x ** 2 is the most common power in losses: a product is exact and cheaper than pow
     if isinstance(p, (int, float)) and not isinstance(p, bool):
+        dt = F.result_dtype(x, p)
+        if isinstance(x, Tracer) and x.dtype != dt:
+            x = F.cast(x, dt)  # int ** 2.0 is float, as in NumPy
         if p == 2:
             return F.mul(x, x)
         if p == 1:

@@ -72,3 +72,39 @@ def leaf_ranges(in_trees):
             ranges[i] = range(pos, pos + n)
             pos += n
     return ranges
+
+
+def flatten_like(tree, treedef, what="value"):
+    """The leaves of `tree` in the order of `treedef` (a dict's leaves follow treedef's keys,
+    not tree's insertion order). A tuple, list or namedtuple matches any of the three with as
+    many children. Raises ShapeError naming the first place where the structures differ."""
+    from ..ir.errors import ShapeError
+    out = []
+
+    def walk(t, td, path):
+        kind = td[0]
+        if kind == "leaf":
+            if isinstance(t, (dict, list, tuple)) or t is None:
+                raise ShapeError(f"{what}: expected an array at {path}, got "
+                                 f"{type(t).__name__}")
+            out.append(t)
+        elif kind == "none":
+            if t is not None:
+                raise ShapeError(f"{what}: expected None at {path}, got {type(t).__name__}")
+        elif kind == "dict":
+            if not isinstance(t, dict) or set(t) != set(td[1]):
+                got = sorted(map(repr, t)) if isinstance(t, dict) else type(t).__name__
+                raise ShapeError(f"{what}: expected a dict with keys "
+                                 f"{sorted(map(repr, td[1]))} at {path}, got {got}")
+            for k, c in zip(td[1], td[2]):
+                walk(t[k], c, f"{path}[{k!r}]")
+        else:
+            if not isinstance(t, (list, tuple)) or len(t) != len(td[2]):
+                got = (f"{type(t).__name__} of length {len(t)}"
+                       if isinstance(t, (list, tuple)) else type(t).__name__)
+                raise ShapeError(f"{what}: expected a {kind} of length {len(td[2])} at {path}, "
+                                 f"got {got}")
+            for i, (v, c) in enumerate(zip(t, td[2])):
+                walk(v, c, f"{path}[{i}]")
+    walk(tree, treedef, what)
+    return out

@@ -115,9 +115,8 @@ def replay(graph, inputs, role=None, env=None):
     env = dict(env or {})
     assert len(inputs) == len(graph.inputs)
     env.update(zip(graph.inputs, inputs))
-    ctx = inputs[0].ctx if inputs else None
     from .tracer import current
-    ctx = ctx or current()
+    ctx = current() or (inputs[0].ctx if inputs else None)
     for n in graph.nodes():
         if n in env:
             continue
@@ -134,9 +133,14 @@ def replay(graph, inputs, role=None, env=None):
 def check_differentiable(graph, positions, fn_name):
     for p in positions:
         d = graph[graph.inputs[p]]
+        if d["dtype"].kind == "c":
+            raise GradError(
+                f"cannot differentiate {fn_name} with respect to {d['name']} of dtype "
+                f"{d['dtype']}: adjit differentiates real floating-point inputs only; pass "
+                "the real and imaginary parts as separate float arrays")
         if d["dtype"].kind not in "fc":
             raise GradError(
                 f"cannot differentiate {fn_name} with respect to {d['name']} of dtype "
                 f"{d['dtype']}: only floating-point inputs have gradients. Convert it with "
-                ".astype(np.float64), or leave it out of argnums (integer labels need no "
+                ".astype(np.float64) (for a Python number: pass 3.0, not 3), or leave it out of argnums (integer labels need no "
                 "gradient).")

@@ -67,6 +67,27 @@ class TraceContext:
 
     def __init__(self):
         self.graph = Graph()
+        # arrays of enclosing traces that the traced function closes over: outer tracer ->
+        # the input of this graph that stands for it (see `capture`)
+        self.captured = {}
+
+    def capture(self, t: "Tracer") -> "Tracer":
+        """An input of this graph standing for `t`, a tracer of an enclosing (still active)
+        trace that the function closes over, as in `grad(lambda y: f(x, y))(y0)` inside a
+        traced function of x. Inside this trace it is a constant (no gradient flows to it
+        here); whoever replays this graph passes `t` for it (`graph.meta["captured"]`), so
+        enclosing transformations still differentiate through it."""
+        key = (id(t.ctx), t.id)
+        got = self.captured.get(key)
+        if got is None:
+            node = t.ctx.graph[t.id]
+            got = self.input(t.shape, t.dtype, f"captured_{node['name'] or 'v%d' % t.id}",
+                             where=node["where"])
+            if node["op"] == "input" and node["attrs"].get("weak"):
+                self.graph[got.id]["attrs"]["weak"] = True
+            self.captured[key] = got
+            self.graph.meta.setdefault("captured", []).append(t)
+        return got
 
     def __enter__(self):
         from .numpy_api import constructors_accept_tracers
@@ -88,13 +109,25 @@ class TraceContext:
         """Add one node; args are Tracers of this context. Checks the op's shape rule."""
         attrs = attrs or {}
         opdef = OPS[op]
-        for a in args:
-            if a.ctx is not self:
+        stack = _stack()
+        if stack and stack[-1] is not self:
+            # an operation on a closed-over array of an enclosing trace (or on one that
+            # escaped a finished trace): it belongs to the innermost trace, which captures
+            # the array as an input, or refuses it below
+            return stack[-1].emit(op, args, attrs, where, name)
+        if any(a.ctx is not self for a in args):
+            args = list(args)
+            for i, a in enumerate(args):
+                if a.ctx is self:
+                    continue
+                if any(c is a.ctx for c in stack):
+                    args[i] = self.capture(a)
+                    continue
                 raise TraceError(
-                    f"{op}: an array from another trace was used here"
-                    f"{_at(where or user_where())}; a function passed to adjit.grad/compile "
-                    "must receive traced values as arguments, not capture them from an "
-                    "enclosing traced function")
+                    f"{op}: an array from a trace that has already finished was used here"
+                    f"{_at(where or user_where())}; a traced value escaped its function (stored "
+                    "in a global, a default argument or an object attribute). Pass it to the "
+                    "function as an argument instead, or return it from the traced function.")
         shapes = [a.shape for a in args]
         dtypes = [a.dtype for a in args]
         where = where or user_where()

@@ -320,13 +320,40 @@ def _where_ge(x, y):
     return F.where(F.gt(x, y), one, F.where(F.eq(x, y), half, zero))
 
 
+def _known(t):
+    """The value of t when it is a constant (possibly broadcast) with one value, else None."""
+    graph = t.ctx.graph
+    n = t.id
+    while graph[n]["op"] == "broadcast_to":
+        n = graph.args(n)[0]
+    if graph[n]["op"] != "const":
+        return None
+    v = np.asarray(graph[n]["attrs"]["value"])
+    return v.flat[0] if v.size and np.all(v == v.flat[0]) else None
+
+
+# At the edges JAX's conventions: d(x**y)/dx is 0 where y == 0 (not 0 * x**-1, nan at x = 0),
+# and d(x**y)/dy is 0 where x == 0 (x**y * log(x) would be 0 * -inf). A known nonzero
+# constant needs no guard, so x ** 2 stays one multiplication.
+def _pow_dx(out, x, y):
+    d = F.mul(y, F.power(x, F.sub(y, 1)))
+    k = _known(y)
+    return d if k is not None and k != 0 else F.where(F.eq(y, 0), F.zeros_like(d), d)
+
+
+def _pow_dy(out, x, y):
+    k = _known(x)
+    safe = x if k is not None and k != 0 else F.where(F.eq(x, 0), F.full_like(x, 1.0), x)
+    return F.mul(out, F.log(safe))
+
+
 def _pow_vjp(g, out, x, y):
-    return [F.mul(g, F.mul(y, F.power(x, F.sub(y, 1)))), F.mul(g, F.mul(out, F.log(x)))]
+    return [F.mul(g, _pow_dx(out, x, y)), F.mul(g, _pow_dy(out, x, y))]
 
 
 def _pow_jvp(t, out, x, y):
-    parts = [None if t[0] is None else F.mul(t[0], F.mul(y, F.power(x, F.sub(y, 1)))),
-             None if t[1] is None else F.mul(t[1], F.mul(out, F.log(x)))]
+    parts = [None if t[0] is None else F.mul(t[0], _pow_dx(out, x, y)),
+             None if t[1] is None else F.mul(t[1], _pow_dy(out, x, y))]
     return _sum_t(parts)
 
 
