@@ -8,6 +8,7 @@ Subcommands live in their own modules; this file only parses arguments and dispa
 import argparse
 import ctypes
 import importlib.util
+import math
 import platform
 import sys
 import textwrap
@@ -64,8 +65,19 @@ def _positive_float(text):
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    if not 0 < v < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text}")
+    return v
+
+
+def _seed(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") \
+            from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
     return v
 
 
@@ -149,7 +161,7 @@ def build_parser(argv=None):
                      help="passes over the training set")
     run.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
                      help="learning rate over the run: cosine decays it to 0 by the end")
-    run.add_argument("--seed", type=int, default=0, help="initialization and shuffling seed")
+    run.add_argument("--seed", type=_seed, default=0, help="initialization and shuffling seed")
     run.add_argument("--plot", metavar="FILE.png",
                      help="draw the loss and accuracy curves (needs matplotlib: "
                           "pip install 'adjit[plot]')")

@@ -8,6 +8,7 @@ and return 1; they never surface as tracebacks from generated code.
 import importlib.util
 import inspect as pyinspect
 import math
+import os
 import re
 import sys
 import time
@@ -60,12 +61,28 @@ def _check_plot_available():
                           "out --plot")
 
 
+def check_output_path(option, path):
+    """DataError unless `path` can be written (checked before a run, not after it)."""
+    target = Path(path).expanduser()
+    folder = target.resolve().parent
+    if target.is_dir():
+        raise D.DataError(f"{option} {path}: is a folder; give a file name, e.g. "
+                          f"{option} {target / 'out'}")
+    if not folder.is_dir():
+        raise D.DataError(f"{option} {path}: the folder {folder} does not exist; create it "
+                          "or give another path")
+    if not os.access(folder, os.W_OK):
+        raise D.DataError(f"{option} {path}: cannot write into {folder}; give another path")
+
+
 def mnist(args):
     """`adjit mnist`: train, validate each epoch, report the test accuracy."""
     try:
         return run_mnist(args)
     except (D.DataError, TrainingError, AdjitError, ValueError) as e:
         return _fail("mnist", str(e))
+    except OSError as e:     # e.g. the disk filled up while saving
+        return _fail("mnist", f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
     except KeyboardInterrupt:
         print("\nadjit mnist: interrupted", file=sys.stderr)
         return 130
@@ -75,6 +92,12 @@ def run_mnist(args, out=print):
     """The body of `adjit mnist`; returns 0, raises DataError/TrainingError on problems."""
     if args.plot:
         _check_plot_available()
+        check_output_path("--plot", args.plot)
+    if args.save:
+        check_output_path("--save", args.save)
+        # np.savez adds the suffix when it is missing
+        args.save = str(args.save) if str(args.save).endswith(".npz") else f"{args.save}.npz"
+        check_output_path("--save", args.save)
     name, (X_tr, y_tr), (X_val, y_val), (X_te, y_te), norm = prepare_data(args)
     trainer, sizes = _make_trainer(args, X_tr.shape[1])
     out(f"data: {name}: {len(X_tr):,} training, {len(X_val):,} validation, "
@@ -131,6 +154,11 @@ def _copy_tree(tree):
 
 def prepare_data(args):
     """-> (name, train, validation, test, (mean, std)): float32 images, int64 labels."""
+    if args.dataset != "mnist" and not args.download and not args.data:
+        # the bundled sample is MNIST digits: training on it would not be what was asked
+        raise D.DataError(f"--dataset {args.dataset} selects what --download fetches, and the "
+                          "bundled sample is MNIST digits; add --download, or pass the "
+                          "folder of its IDX files with --data DIR")
     ds = D.load(args.data, fetch=args.download, dataset=args.dataset,
                 progress=args.progress)
     name = f"IDX files in {args.data}" if args.data else ds.name
@@ -290,24 +318,43 @@ def parse_spec(text, seed=0):
     except TypeError:
         raise ValueError(f"unknown dtype {m['dtype']!r} in {text!r}") from None
     shape = tuple(int(s) for s in m["shape"].replace(" ", "").split(",") if s)
-    if dtype.kind == "f":
-        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-    if dtype.kind in "iub":
+    if dtype.kind not in "fiub":
+        raise ValueError(f"unsupported dtype {dtype} in {text!r}; use a float, int or bool "
+                         "type")
+    nbytes = math.prod(shape) * dtype.itemsize
+    try:
+        if dtype.kind == "f":
+            return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
         return np.zeros(shape, dtype)  # e.g. labels: any valid value gives the same code
-    raise ValueError(f"unsupported dtype {dtype} in {text!r}; use a float, int or bool type")
+    except MemoryError:
+        raise ValueError(f"{text!r} needs {nbytes / 2**30:,.1f} GiB, more memory than is "
+                         "free; the code does not depend on the sizes much, so inspect it "
+                         "with smaller ones") from None
 
 
 def _user_args(fn, specs):
     values = {}
     for k, item in enumerate(specs):
         name, eq, spec = item.partition("=")
-        if not eq:
+        if not eq or not name.strip():
             raise ValueError(f"--arg {item!r}: expected NAME=SPEC, e.g. x=float32[128,784]")
-        head, _, key = name.strip().partition(".")
+        head, dot, key = name.strip().partition(".")
+        if dot and not key:
+            raise ValueError(f"--arg {item!r}: expected NAME.KEY=SPEC after the dot, e.g. "
+                             f"{head}.W=float32[10,784]")
         value = parse_spec(spec, seed=k)
         if key:
-            values.setdefault(head, {})[key] = value
+            if head in values and not isinstance(values[head], dict):
+                raise ValueError(f"--arg {item!r}: {head} was already given as one array; "
+                                 f"give either {head}=SPEC or {head}.KEY=SPEC entries")
+            if key in values.setdefault(head, {}):
+                raise ValueError(f"--arg {item!r}: {name.strip()} is given twice")
+            values[head][key] = value
         else:
+            if head in values:
+                what = "given twice" if not isinstance(values[head], dict) else \
+                    f"already given as {head}.KEY entries"
+                raise ValueError(f"--arg {item!r}: {head} is {what}")
             values[head] = value
     params = [p for p in pyinspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -336,6 +383,8 @@ def _user_program(args):
             prog = value_and_grad(fn, argnum, **options).lower(*call_args)
             return prog, f"value_and_grad of {fn.__name__} with respect to {names[argnum]}"
         except GradError as e:
+            if args.wrt is not None:   # asked for by name: not a silent fallback
+                raise ValueError(f"--wrt {args.wrt}: {e}") from None
             print(f"note: no gradient program ({e}); showing {fn.__name__} itself",
                   file=sys.stderr)
     return adjit_compile(fn, **options).lower(*call_args), fn.__name__
@@ -355,7 +404,10 @@ def _print_program(prog, title, show):
             for name, src in prog.kernels.items():
                 print(f"\n## kernel {name}\n\n{src}")
         else:
-            print(f"\n## kernels\n\nnone: the {prog.backend} backend runs fused groups as "
-                  "array expressions in the code above")
+            why = (f"the {prog.backend} backend runs fused groups as array expressions in "
+                   "the code above") if prog.backend == "numpy" else (
+                "every fused group here is small enough to run as the array expressions in "
+                "the code above; larger arrays get kernels")
+            print(f"\n## kernels\n\nnone: {why}")
     if "memory" in show:
         print(f"\n## memory estimate\n\n{prog.memory}")

@@ -215,6 +215,9 @@ def load_idx_dir(folder):
     Works for MNIST and for Fashion-MNIST, which uses the same file names and format.
     """
     folder = Path(folder).expanduser()
+    if folder.is_file():
+        raise DataError(f"{folder}: is a file; pass --data the folder that holds the four "
+                        f"MNIST IDX files (here perhaps {folder.parent})")
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder; pass --data a folder that holds the four "
                         "MNIST IDX files, or use --download")
@@ -312,7 +315,7 @@ def download(cache_dir=None, dataset="mnist", *, progress=True):
             raise DataError(f"could not download {name} for {dataset} into {folder}"
                             f"{' (offline?)' if offline else ''}:\n  " + "\n  ".join(failures)
                             + "\ndownload the four files by hand and pass their folder with "
-                            "--data DIR, or leave out --data to train on the bundled sample")
+                            "--data DIR, or leave out --download to train on the bundled sample")
     return folder
 
 
@@ -334,6 +337,9 @@ def to_float(X):
 def check_dataset(X, y, num_classes=10, *, name="data"):
     """Raise `DataError` unless X holds (n, features) finite values and y n labels 0..num_classes-1.
 
+    With `num_classes=None` y holds value targets instead (for `mse` or
+    `binary_cross_entropy_with_logits`): n finite floating-point rows of any shape.
+
     >>> try:
     ...     check_dataset(np.zeros((2, 784), np.float32), np.array([0, 12]))
     ... except DataError as e:
@@ -344,6 +350,9 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
     if X.ndim != 2:
         raise DataError(f"{name}: expected images as a 2-D array (n, features), got shape "
                         f"{X.shape}; flatten them with X.reshape(len(X), -1)")
+    if num_classes is None:
+        _check_targets(X, y, name)
+        return
     if y.ndim != 1:
         hint = "; for one-hot labels use y.argmax(axis=1)" if y.ndim == 2 else ""
         raise DataError(f"{name}: expected labels as a 1-D array, got shape {y.shape}{hint}")
@@ -367,6 +376,38 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
         i = int(np.argmax(out))
         raise DataError(f"{name}: label {y[i]} at index {i} is outside 0..{num_classes - 1} "
                         f"({int(out.sum())} of {len(y)} labels)")
+
+
+def _check_images(X, name):
+    if X.ndim != 2:
+        raise DataError(f"{name}: expected inputs as a 2-D array (n, features), got shape "
+                        f"{X.shape}; flatten them with X.reshape(len(X), -1)")
+    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
+        raise DataError(f"{name}: expected numeric inputs, got dtype {X.dtype}")
+    if np.issubdtype(X.dtype, np.floating):
+        bad = ~np.isfinite(X)
+        if bad.any():
+            row = int(np.argmax(bad.any(axis=1)))
+            raise DataError(f"{name}: {int(bad.sum())} NaN or infinite values in the inputs, "
+                            f"the first in row {row}")
+
+
+def _check_targets(X, y, name):
+    """Value targets (regression, binary): one finite floating-point row per input row."""
+    if y.ndim == 0:
+        raise DataError(f"{name}: expected one target per input row, got a scalar")
+    if len(X) != len(y):
+        raise DataError(f"{name}: {len(X)} inputs but {len(y)} targets; they must match")
+    if len(X) == 0:
+        raise DataError(f"{name}: the set is empty (0 examples)")
+    _check_images(X, name)
+    if not np.issubdtype(y.dtype, np.floating):
+        raise DataError(f"{name}: value targets must be floating point, got dtype {y.dtype}; "
+                        "convert them with y.astype(np.float32)")
+    bad = ~np.isfinite(y)
+    if bad.any():
+        raise DataError(f"{name}: {int(bad.sum())} NaN or infinite values in the targets, "
+                        f"the first in row {int(np.argmax(bad.reshape(len(y), -1).any(axis=1)))}")
 
 
 def num_batches(n, batch_size, drop_last=False):

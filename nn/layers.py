@@ -22,6 +22,14 @@ ACTIVATIONS = {
 }
 
 
+def _is_width(s):
+    if isinstance(s, bool):
+        return False
+    if isinstance(s, (int, np.integer)):
+        return s > 0
+    return isinstance(s, (float, np.floating)) and float(s).is_integer() and s > 0
+
+
 class MLP:
     """A fully connected network: `sizes[0]` inputs, hidden layers, `sizes[-1]` outputs.
 
@@ -37,10 +45,16 @@ class MLP:
     """
 
     def __init__(self, sizes, activation="relu", dtype=np.float32):
-        sizes = [int(s) for s in sizes]
-        if len(sizes) < 2 or any(s <= 0 for s in sizes):
-            raise ValueError(f"MLP sizes must be at least two positive widths (inputs, ..., "
-                             f"outputs), got {sizes}")
+        given = list(sizes)
+        # whole numbers only: int(2.5) or int("a") would build another network or fail
+        # with a message that does not say which argument is wrong
+        if len(given) < 2 or not all(_is_width(s) for s in given):
+            raise ValueError(f"MLP sizes must be at least two positive whole-number widths "
+                             f"(inputs, ..., outputs), got {given}")
+        sizes = [int(s) for s in given]
+        if not np.issubdtype(np.dtype(dtype), np.floating):
+            raise ValueError(f"MLP dtype must be a floating-point type such as np.float32, "
+                             f"got {np.dtype(dtype)} (integer weights cannot be trained)")
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose one of "
                              f"{', '.join(ACTIVATIONS)}")
@@ -56,6 +70,8 @@ class MLP:
         He: normal with variance 2 / n_in. Xavier: uniform on +-sqrt(6 / (n_in + n_out)),
         variance 2 / (n_in + n_out) (Glorot and Bengio 2010, eq. 16).
         """
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed < 0:
+            raise ValueError(f"MLP.init: the seed must be a non-negative integer, got {seed}")
         rng = np.random.default_rng(seed)
         scheme = ACTIVATIONS[self.activation][1]
         params = {}
@@ -75,6 +91,12 @@ class MLP:
             raise ShapeError(f"MLP{self.sizes}: the input has {X.shape[-1]} features per "
                              f"example (shape {tuple(X.shape)}), the first layer expects "
                              f"{self.sizes[0]}")
+        missing = [k for i in range(1, self.num_layers + 1) for k in (f"W{i}", f"b{i}")
+                   if k not in params]
+        if missing:
+            raise KeyError(f"MLP{self.sizes}: params has no {', '.join(missing)} (it has "
+                           f"{', '.join(map(str, params)) or 'nothing'}); make them with "
+                           "MLP.init, for the same sizes")
         act = ACTIVATIONS[self.activation][0]
         h = X
         for i in range(1, self.num_layers + 1):

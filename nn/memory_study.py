@@ -22,20 +22,52 @@ import adjit
 MiB = 2 ** 20
 
 
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _budget(text):
+    if text == "half":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MiB or `half`, got {text!r}") \
+            from None
+    if not 0 < v < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of MiB, got {text}")
+    return text
+
+
+def _depth_list(text):
+    try:
+        return _depths(text)
+    except SystemExit as e:
+        raise argparse.ArgumentTypeError(str(e).replace("adjit memory: --depth takes", "expected")
+                                         .replace("adjit memory: ", "")) from None
+
+
 def add_arguments(p: argparse.ArgumentParser):
-    p.add_argument("--depth", default="16,32,64,128,256", metavar="D1,D2,...",
-                   help="numbers of tanh layers to measure")
-    p.add_argument("--width", type=int, default=1024, help="layer width")
-    p.add_argument("--batch", type=int, default=256, help="batch size")
+    p.add_argument("--depth", type=_depth_list, default="16,32,64,128,256",
+                   metavar="D1,D2,...", help="numbers of tanh layers to measure")
+    p.add_argument("--width", type=_positive_int, default=1024, help="layer width")
+    p.add_argument("--batch", type=_positive_int, default=256, help="batch size")
     p.add_argument("--backend", default="numpy", choices=["numpy", "numba", "cupy", "auto"],
                    help="code generator (numpy: tracemalloc sees every array it makes)")
-    p.add_argument("--budget", default="half", metavar="MIB|half",
+    p.add_argument("--budget", type=_budget, default="half", metavar="MIB|half",
                    help="memory budget in MiB, or `half`: halfway between the whole-step "
                         "peaks of \"sqrt\" and of no checkpointing")
     p.add_argument("--step", action="store_true",
                    help="measure a whole training step (gradient and SGD update, parameters "
                         "donated and updated in place) instead of the gradient alone")
-    p.add_argument("--repeat", type=int, default=3, help="timed steps per schedule (best of)")
+    p.add_argument("--repeat", type=_positive_int, default=3,
+                   help="timed steps per schedule (best of)")
     p.add_argument("--plot", metavar="FILE.png", help="plot memory and time against depth")
 
 
@@ -181,6 +213,8 @@ def plot(rows, path, title):
 
 
 def _depths(text):
+    if isinstance(text, list):     # already parsed by --depth's type
+        return text
     try:
         ds = [int(s) for s in str(text).split(",") if s.strip()]
     except ValueError:
@@ -191,7 +225,24 @@ def _depths(text):
 
 
 def main(args):
+    """`adjit memory`; errors the user can fix print one line and return 1."""
+    try:
+        return _main(args)
+    except (adjit.AdjitError, ValueError) as e:    # BudgetError, no CuPy, a bad setting
+        print(f"adjit memory: error: {e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"adjit memory: error: out of memory at width {args.width}, batch {args.batch};"
+              " use smaller --depth, --width or --batch", file=sys.stderr)
+        return 1
+
+
+def _main(args):
     depths = _depths(args.depth)
+    adjit.frontend.api.pick_backend(args.backend)   # fails now if it cannot run here
+    if args.plot:
+        from .commands import check_output_path
+        check_output_path("--plot", args.plot)
     step = getattr(args, "step", False)
     title = (f"tanh MLP, width {args.width}, batch {args.batch}, float32, "
              f"{args.backend} backend" + (", SGD training step" if step else ""))

@@ -46,9 +46,9 @@ class Optimizer:
     slots = ()
 
     def __init__(self, lr, *, backend="auto", fuse=True):
-        if not lr > 0:
-            raise ValueError(f"{type(self).__name__}: the learning rate must be positive, "
-                             f"got {lr}")
+        if not 0 < lr < np.inf:
+            raise ValueError(f"{type(self).__name__}: the learning rate must be positive and "
+                             f"finite, got {lr}")
         self.lr = float(lr)
         self.backend = backend
         self._compiled = adjit_compile(self.apply, backend=backend, fuse=fuse)
@@ -68,6 +68,9 @@ class Optimizer:
 
     def hyper(self, lr=None):
         """The runtime scalars of the update program."""
+        if lr is not None and not 0 <= float(lr) < np.inf:   # 0 is fine: a warm-up's start
+            raise ValueError(f"{type(self).__name__}: the learning rate for this step must be "
+                             f">= 0 and finite, got {lr} (from lr= or the lr_schedule)")
         return np.asarray(self.lr if lr is None else lr, np.float64)
 
     def lower(self, params, grads, state):

@@ -18,7 +18,7 @@ from ..frontend.api import compile as adjit_compile
 from ..frontend.api import pick_backend, value_and_grad
 from ..ir.errors import AdjitError, ShapeError
 from . import data as D
-from .losses import softmax_cross_entropy
+from .losses import binary_cross_entropy_with_logits, softmax_cross_entropy
 
 __all__ = ["Trainer", "History", "TrainingError", "predict_classes", "normalize",
            "save_params", "load_params"]
@@ -46,7 +46,8 @@ def normalize(X, mean, std):
 
 @dataclass
 class History:
-    """Per-epoch metrics of `Trainer.fit`; accuracies are fractions in [0, 1]."""
+    """Per-epoch metrics of `Trainer.fit`; accuracies are fractions in [0, 1] (NaN for
+    targets without an accuracy, such as those of `mse`)."""
     train_loss: list = field(default_factory=list)
     train_acc: list = field(default_factory=list)
     val_loss: list = field(default_factory=list)
@@ -99,11 +100,40 @@ class Trainer:
         self.to_device = getattr(mod, "to_device", lambda x: x)
         self.to_host = getattr(mod, "to_host", np.asarray)
 
+    # -- what the targets are -------------------------------------------------------------
+    def target_kind(self, y):
+        """How `y` is scored: "classes" (integer labels, (n,): accuracy of the argmax),
+        "binary" (float targets of binary_cross_entropy_with_logits: accuracy of the sign of
+        each logit) or None (values for mse, class probabilities: no accuracy)."""
+        if y.dtype.kind in "iu" and len(y.shape) == 1:
+            return "classes"
+        if self.loss_fn is binary_cross_entropy_with_logits:
+            return "binary"
+        return None
+
+    def _check_data(self, X, y, name):
+        """DataError unless (X, y) is a set this trainer can use (labels in range, ...)."""
+        y = np.asarray(y)
+        value_targets = self.target_kind(y) != "classes" and not (
+            self.loss_fn is softmax_cross_entropy and y.ndim == 1)   # float labels: say so
+        D.check_dataset(X, y, None if value_targets else self.model.sizes[-1], name=name)
+
     # -- the traced functions -------------------------------------------------------------
     def objective(self, params, X, y):
-        """(mean loss, number of correct predictions) on a batch."""
+        """(mean loss, number of correct predictions) on a batch; the count is 0 for targets
+        without an accuracy (see `target_kind`)."""
         logits = self.model.apply(params, X)
-        return self.loss_fn(logits, y), np.sum(predict_classes(logits) == y)
+        return self.loss_fn(logits, y), self._correct(logits, y)
+
+    def _correct(self, logits, y):
+        kind = self.target_kind(y)
+        if kind == "classes":
+            return np.sum(predict_classes(logits) == y)
+        if kind == "binary" and tuple(logits.shape) == tuple(y.shape) and len(y.shape):
+            match = (logits > 0) == (y > 0.5)
+            # per example, so that dividing by the number of examples gives the accuracy
+            return np.sum(match) / max(match.size // max(len(y), 1), 1)
+        return 0
 
     def _step_fn(self, params, state, X, y, lr):
         (loss, correct), grads = value_and_grad(self.objective, has_aux=True)(params, X, y)
@@ -112,7 +142,7 @@ class Trainer:
 
     def _eval_fn(self, params, X, y):
         logits = self.model.apply(params, X)
-        return self.loss_fn(logits, y) * len(X), np.sum(predict_classes(logits) == y)
+        return self.loss_fn(logits, y) * len(X), self._correct(logits, y)
 
     # -- one step, evaluation -------------------------------------------------------------
     def init(self, seed=0):
@@ -129,23 +159,48 @@ class Trainer:
             raise D.DataError(f"train step: the batch has dtype {X.dtype} but the model is "
                               f"{self.model.dtype}; convert it with "
                               f"X.astype(np.{self.model.dtype})")
-        _check_labels(y, self.model.sizes[-1])
+        self._check_batch_targets(y)
         return self._train_step(params, state, X, y, self.optimizer.hyper(lr))
 
     def lower(self, params, state, X, y):
         """The Program of the training step for these shapes (source, IR, memory)."""
         return self._train_step.lower(params, state, X, y, self.optimizer.hyper())
 
+    def _check_batch_targets(self, y):
+        if not isinstance(y, np.ndarray):
+            return                       # on a device: fit checked the set before moving it
+        kind = self.target_kind(y)
+        if kind == "classes":
+            _check_labels(y, self.model.sizes[-1])
+        elif y.dtype.kind != "f" or (self.loss_fn is softmax_cross_entropy and y.ndim == 1):
+            raise D.DataError(f"labels must be integers, got dtype {y.dtype}")
+
     def evaluate(self, params, X, y, batch_size=10000):
-        """(mean loss, accuracy) over a whole set, in chunks of at most batch_size rows."""
+        """(mean loss, accuracy) over a whole set, in chunks of at most batch_size rows.
+
+        The set is checked and converted as `fit` does (uint8 pixels scaled to [0, 1], the
+        model's dtype). The accuracy is NaN for targets without one (see `target_kind`).
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size <= 0:
+            raise ValueError(f"evaluate: batch_size must be a positive integer, got "
+                             f"{batch_size!r}")
         if len(X) == 0:
             raise ShapeError("evaluate: the set is empty (0 examples)")
-        loss_sum, correct = 0.0, 0
+        if isinstance(X, (np.ndarray, list, tuple)) and isinstance(y, (np.ndarray, list, tuple)):
+            X, y = np.asarray(X), np.asarray(y)
+            self._check_data(X, y, "evaluation set")
+            X, y = self._as_model_dtype(X), self._targets_as_model_dtype(y)
+        return self._evaluate(params, X, y, batch_size)
+
+    def _evaluate(self, params, X, y, batch_size=10000):
+        loss_sum, correct = 0.0, 0.0
         for start in range(0, len(X), batch_size):
             ls, c = self._eval_step(params, X[start:start + batch_size],
                                     y[start:start + batch_size])
-            loss_sum, correct = loss_sum + float(ls), correct + int(c)
-        return loss_sum / len(X), correct / len(X)
+            loss_sum, correct = loss_sum + float(ls), correct + float(c)
+        accuracy = correct / len(X) if self.target_kind(y) else math.nan
+        return loss_sum / len(X), accuracy
 
     # -- the loop -------------------------------------------------------------------------
     def fit(self, params, state, X, y, *, epochs=1, batch_size=128, validation=None, seed=0,
@@ -160,14 +215,15 @@ class Trainer:
         optional (X, y) pair evaluated after each epoch. `lr_schedule(epoch, step)` may
         return a learning rate per step (no recompilation: it is an argument).
         """
-        D.check_dataset(X, y, self.model.sizes[-1], name="training set")
+        self._check_data(X, y, "training set")
         if validation is not None:
-            D.check_dataset(*validation, self.model.sizes[-1], name="validation set")
-        if not isinstance(epochs, int) or epochs < 1:
+            self._check_data(*validation, "validation set")
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-        X = self._as_model_dtype(X)
+        X, y = self._as_model_dtype(X), self._targets_as_model_dtype(y)
         if validation is not None:
-            validation = (self._as_model_dtype(validation[0]), validation[1])
+            validation = (self._as_model_dtype(validation[0]),
+                          self._targets_as_model_dtype(validation[1]))
         X, y = self.to_device(X), self.to_device(y)
         if validation is not None:
             validation = tuple(self.to_device(a) for a in validation)
@@ -180,18 +236,22 @@ class Trainer:
             for epoch in range(1, epochs + 1):
                 params, state, meter = self._epoch(params, state, X, y, epoch, epochs,
                                                    batch_size, seed, lr_schedule, progress)
+                scored = self.target_kind(y) is not None
                 history.steps += meter.step
                 history.train_loss.append(meter.mean_loss)
-                history.train_acc.append(meter.accuracy)
+                history.train_acc.append(meter.accuracy if scored else math.nan)
                 history.epoch_time.append(meter.elapsed)
                 history.samples_per_s.append(meter.rate)
-                line = (f"epoch {epoch}/{epochs}: loss {meter.mean_loss:.4f}, "
-                        f"accuracy {100 * meter.accuracy:.2f}%")
+                line = f"epoch {epoch}/{epochs}: loss {meter.mean_loss:.4f}"
+                if scored:
+                    line += f", accuracy {100 * meter.accuracy:.2f}%"
                 if validation is not None:
-                    vl, va = self.evaluate(params, *validation)
+                    vl, va = self._evaluate(params, *validation)
                     history.val_loss.append(vl)
                     history.val_acc.append(va)
-                    line += f" | validation loss {vl:.4f}, accuracy {100 * va:.2f}%"
+                    line += f" | validation loss {vl:.4f}"
+                    if scored:
+                        line += f", accuracy {100 * va:.2f}%"
                 line += (f" | {history.epoch_time[-1]:.2f} s, "
                          f"{history.samples_per_s[-1]:,.0f} samples/s")
                 if log:
@@ -204,6 +264,11 @@ class Trainer:
             X = D.to_float(X)
         return X if X.dtype == self.model.dtype else X.astype(self.model.dtype)
 
+    def _targets_as_model_dtype(self, y):
+        # float targets (mse, binary, probabilities) would promote a float32 loss to float64
+        y = np.asarray(y)
+        return y.astype(self.model.dtype) if y.dtype.kind == "f" else y
+
     def _epoch(self, params, state, X, y, epoch, epochs, batch_size, seed, lr_schedule,
                progress):
         """One pass over the data; -> (params, state, the epoch's _Meter)."""
@@ -212,7 +277,7 @@ class Trainer:
         n_steps = D.num_batches(len(X), batch_size, drop_last=True)
         bar = tqdm(it, total=n_steps, desc=f"epoch {epoch}/{epochs}", unit="step",
                    disable=not progress, leave=False, dynamic_ncols=True)
-        meter = _Meter(epoch, batch_size)
+        meter = _Meter(epoch, batch_size, scored=self.target_kind(y) is not None)
         for k, (xb, yb) in enumerate(bar, start=1):
             lr = lr_schedule(epoch, k) if lr_schedule else None
             loss, correct, params, state = self._train_step(params, state, xb, yb,
@@ -230,8 +295,8 @@ class Trainer:
 class _Meter:
     """Running loss and accuracy of an epoch; reads device scalars back in groups."""
 
-    def __init__(self, epoch, batch_size):
-        self.epoch, self.batch_size = epoch, batch_size
+    def __init__(self, epoch, batch_size, scored=True):
+        self.epoch, self.batch_size, self.scored = epoch, batch_size, scored
         self.pending, self.step = [], 0
         self.loss_sum, self.correct, self.seen = 0.0, 0, 0
         self.start, self.end = time.perf_counter(), None
@@ -248,7 +313,7 @@ class _Meter:
                     f"the loss became {value} at epoch {self.epoch}, step {self.step}; lower "
                     "the learning rate (--lr), or check the data for extreme values")
             self.loss_sum += value
-            self.correct += int(correct)
+            self.correct += float(correct)
             self.seen += self.batch_size
         self.pending = []
 
@@ -272,8 +337,8 @@ class _Meter:
         return self.seen / max(self.elapsed, 1e-9)
 
     def postfix(self):
-        return (f"loss={self.mean_loss:.4f}, acc={100 * self.accuracy:.1f}%, "
-                f"{self.rate:,.0f} samples/s")
+        acc = f"acc={100 * self.accuracy:.1f}%, " if self.scored else ""
+        return f"loss={self.mean_loss:.4f}, {acc}{self.rate:,.0f} samples/s"
 
 
 def _check_labels(y, num_classes):

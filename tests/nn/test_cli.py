@@ -181,3 +181,80 @@ def test_memory_subcommand_without_its_module(capsys, monkeypatch):
     monkeypatch.setattr(cli, "_has_memory_study", lambda: False)
     code, out, err = run(capsys, "memory", "--depth", "4")
     assert code == 1 and "memory_study" in err
+
+
+# -- regressions found by using the command -----------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--save", "{tmp}/no/such/dir/p.npz"], "the folder"),
+    (["--plot", "{tmp}/no/such/dir/c.png"], "the folder"),
+    (["--save", "{tmp}"], "is a folder"),
+    (["--dataset", "fashion"], "add --download, or pass the folder"),
+    (["--data", "{tmp}/train-images-idx3-ubyte"], "is a file; pass --data the folder"),
+])
+def test_mnist_problems_are_found_before_training(capsys, tmp_path, argv, message):
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    code, out, err = run(capsys, "mnist", *FAST, "--epochs", "1", "--hidden", "8", *argv)
+    assert code == 1 and err.startswith("adjit mnist: error: ") and message in err, err
+    assert "Traceback" not in err and "epoch" not in out
+
+
+def test_mnist_save_reports_the_file_it_writes(capsys, tmp_path):
+    code, out, err = run(capsys, "mnist", *FAST, "--epochs", "1", "--hidden", "8",
+                         "--val-size", "0", "--save", str(tmp_path / "weights"))
+    assert code == 0, err
+    assert f"saved the parameters to {tmp_path / 'weights.npz'}" in out
+    assert (tmp_path / "weights.npz").is_file()
+
+
+@pytest.mark.parametrize("argv", [["--lr", "inf"], ["--lr", "nan"], ["--seed", "-1"],
+                                  ["--seed", "x"]])
+def test_mnist_bad_numbers_are_usage_errors(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["mnist", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {argv[0]}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arg", "x=float32[2]", "--arg", "x=float32[3]"], "x is given twice"),
+    (["--arg", "x=float32[2]", "--arg", "x.a=float32[3]"], "already given as one array"),
+    (["--arg", "x.a=float32[2]", "--arg", "x=float32[3]"], "already given as x.KEY"),
+    (["--arg", "x.=float32[2]"], "NAME.KEY=SPEC"),
+    (["--arg", "=float32[2]"], "expected NAME=SPEC"),
+    (["--arg", "x=float64[999999999,999999999]"], "GiB, more memory than is free"),
+])
+def test_inspect_bad_arg_specs(capsys, tmp_path, argv, message):
+    f = tmp_path / "model.py"
+    f.write_text(USER_FILE)
+    code, out, err = run(capsys, "inspect", f"{f}:double", "--backend", "numpy", *argv)
+    assert code == 1 and err.startswith("adjit inspect: error: ") and message in err, err
+
+
+def test_inspect_wrt_a_label_is_an_error_not_a_fallback(capsys, tmp_path):
+    f = tmp_path / "model.py"
+    f.write_text(USER_FILE)
+    code, out, err = run(capsys, "inspect", f"{f}:loss", "--arg", "params.W=float64[3,5]",
+                         "--arg", "X=float64[4,5]", "--arg", "y=int64[4]", "--wrt", "y",
+                         "--backend", "numpy")
+    assert code == 1 and "--wrt y: " in err and "int64" in err and out == ""
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["--depth", "4", "--width", "0"], 2, "argument --width"),
+    (["--depth", "4", "--batch", "-1"], 2, "argument --batch"),
+    (["--depth", "4", "--budget", "xyz"], 2, "argument --budget"),
+    (["--depth", "4", "--repeat", "0"], 2, "argument --repeat"),
+    (["--depth", "abc"], 2, "argument --depth"),
+    (["--depth", "4", "--width", "16", "--batch", "8", "--budget", "0.0001"], 1,
+     "is too small"),
+    (["--depth", "4", "--width", "16", "--plot", "/nonexistent/dir/m.png"], 1, "the folder"),
+])
+def test_memory_bad_settings(capsys, argv, status, message):
+    try:
+        code = cli.main(["memory", *argv])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == status and message in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1

@@ -374,3 +374,22 @@ def test_batches_move_the_permutation_once():
     for (a, b), (c, d) in zip(got, ref):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
+
+
+def test_check_dataset_value_targets():
+    X = np.zeros((3, 2), np.float32)
+    data.check_dataset(X, np.ones((3, 1)), num_classes=None)
+    data.check_dataset(X, np.ones(3, np.float32), num_classes=None)
+    with pytest.raises(data.DataError, match="floating point"):
+        data.check_dataset(X, np.ones(3, np.int64), num_classes=None)
+    with pytest.raises(data.DataError, match="3 inputs but 2 targets"):
+        data.check_dataset(X, np.ones(2), num_classes=None)
+    with pytest.raises(data.DataError, match="NaN or infinite values in the targets"):
+        data.check_dataset(X, np.array([0.0, np.inf, 1.0]), num_classes=None)
+
+
+def test_load_idx_dir_given_a_file(tmp_path):
+    f = tmp_path / "train-images-idx3-ubyte.gz"
+    f.write_bytes(b"")
+    with pytest.raises(data.DataError, match="is a file; pass --data the folder"):
+        data.load_idx_dir(f)

@@ -83,3 +83,25 @@ def test_num_params_and_repr():
     assert net.num_params() == 784 * 256 + 256 + 256 * 10 + 10
     assert sum(v.size for v in net.init(0).values()) == net.num_params()
     assert repr(net) == "MLP([784, 256, 10], activation='relu')"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(sizes=[2.5, 3]), "whole-number widths"),        # was silently MLP([2, 3])
+    (dict(sizes=["a", 3]), "whole-number widths"),
+    (dict(sizes=[True, 3]), "whole-number widths"),
+    (dict(sizes=[4, 3], dtype=np.int32), "floating-point"),  # was all-zero int weights
+])
+def test_bad_sizes_and_dtype(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MLP(**kwargs)
+
+
+def test_whole_float_sizes_are_accepted_and_bad_seeds_and_params_are_clear():
+    net = MLP([4.0, np.int64(3)])
+    assert net.sizes == [4, 3]
+    with pytest.raises(ValueError, match="non-negative integer, got -1"):
+        net.init(-1)
+    params = MLP([4, 5, 3]).init(0)
+    del params["b2"]
+    with pytest.raises(KeyError, match="params has no b2"):
+        MLP([4, 5, 3]).apply(params, np.zeros((2, 4), np.float32))

@@ -198,3 +198,18 @@ def test_with_fusion_each_parameter_update_is_one_kernel(name):
     if not kernels:
         pytest.skip("this build does not fuse elementwise operations yet")
     assert len(kernels) == len(params)
+
+
+@pytest.mark.parametrize("lr", [float("inf"), float("nan"), -1.0, 0.0])
+def test_learning_rate_must_be_positive_and_finite(lr):
+    with pytest.raises(ValueError, match="positive and finite"):
+        SGD(lr, backend="numpy")
+
+
+def test_per_step_learning_rate_is_checked():
+    opt = SGD(0.1, backend="numpy")
+    p = {"w": np.ones(2)}
+    opt.update(p, {"w": np.ones(2)}, opt.init(p), lr=0.0)
+    for lr in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="for this step must be >= 0 and finite"):
+            opt.update(p, {"w": np.ones(2)}, opt.init(p), lr=lr)

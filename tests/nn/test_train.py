@@ -180,3 +180,59 @@ def test_cuda_graph_only_applies_to_the_cupy_backend():
     trainer.step(params, state, X, y)
     for k in params:
         np.testing.assert_array_equal(params[k], before[k])
+
+
+# -- regressions found by using the library -------------------------------------------------------
+def test_evaluate_checks_and_converts_the_set_as_fit_does():
+    X, y = blobs(50)
+    trainer = make_trainer()
+    params, state = trainer.init(0)
+    with pytest.raises(DataError, match="label 7 .* outside 0..2"):
+        trainer.evaluate(params, X, np.where(y == 0, 7, y))      # was (0.0, 0.0)
+    with pytest.raises(DataError, match="50 images but 49 labels"):
+        trainer.evaluate(params, X, y[:-1])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        trainer.evaluate(params, X, y, batch_size=0)
+    pixels = np.random.default_rng(0).integers(0, 256, (50, 4), dtype=np.uint8)
+    expect = trainer.evaluate(params, pixels.astype(np.float32) / 255, y)
+    assert trainer.evaluate(params, pixels, y) == pytest.approx(expect)   # scaled, as in fit
+    whole = trainer.evaluate(params, X, y)
+    for labels in (y.astype(np.int32), y.astype(np.uint8)):
+        assert trainer.evaluate(params, X, labels, batch_size=7) == pytest.approx(whole)
+
+
+def test_trainer_with_value_targets_mse_and_binary_cross_entropy():
+    from adjit.nn import binary_cross_entropy_with_logits, mse
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (128, 2))
+    t = (X[:, :1] * X[:, 1:] < 0).astype(np.float64)
+    for loss, acc in ((mse, False), (binary_cross_entropy_with_logits, True)):
+        trainer = Trainer(MLP([2, 16, 1], activation="tanh"), Adam(0.02, backend="numpy"),
+                          loss, backend="numpy")
+        params, state = trainer.init(0)
+        lines = []
+        params, state, h = trainer.fit(params, state, X, t, epochs=3, batch_size=32,
+                                       validation=(X[:40], t[:40]), progress=False,
+                                       log=lines.append)
+        assert all(v.dtype == np.float32 for v in params.values())  # float64 targets
+        assert h.train_loss[-1] < h.train_loss[0]
+        vl, va = trainer.evaluate(params, X, t)
+        assert vl == pytest.approx(float(loss(trainer.model.apply(params, X.astype(np.float32)),
+                                              t.astype(np.float32))), rel=1e-5)
+        if acc:
+            logits = trainer.model.apply(params, X.astype(np.float32))
+            assert va == pytest.approx(np.mean((logits > 0) == (t > 0.5)))
+            assert "accuracy" in lines[0]
+        else:
+            assert np.isnan(va) and np.isnan(h.train_acc[0]) and "accuracy" not in lines[0]
+        with pytest.raises(DataError, match="NaN or infinite values in the targets"):
+            trainer.fit(params, state, X, np.where(t > 0, np.nan, t), progress=False, log=None)
+
+
+def test_probability_targets_in_a_step():
+    trainer = make_trainer(SGD(0.1, backend="numpy"))
+    params, state = trainer.init(0)
+    X, y = blobs(8)
+    hard = trainer.step(params, state, X, y)[0]
+    soft = trainer.step(params, state, X, np.eye(3, dtype=np.float32)[y])[0]
+    assert float(soft) == pytest.approx(float(hard), rel=1e-6)
