@@ -139,29 +139,36 @@ def _extent(x):
 
 
 def donatable(donated, others, contiguous=False) -> bool:
-    """May a program write results over the arrays `donated`? Each must be a writable
-    ndarray (C-contiguous if asked) whose memory overlaps no other argument's: a donated
-    array passed twice, or a view of another argument, would be read after it was written.
-    Overlap is judged by byte extents after one sort, so a step with hundreds of parameters
-    checks them in microseconds (np.may_share_memory on every pair would take milliseconds)."""
+    """May a program write results over all of the arrays `donated`? (see `donatable_each`)"""
+    return all(donatable_each(donated, others, contiguous))
+
+
+def donatable_each(donated, others, contiguous=False) -> tuple:
+    """For each array of `donated`: may a program write results over it? It must be a
+    writable ndarray (C-contiguous if asked) whose memory overlaps no other argument's: a
+    donated array passed twice, or a view of another argument, would be read after it was
+    written. Each is judged alone, so one read-only or strided parameter does not keep the
+    others from being updated in place. Overlap is judged by byte extents after one sort, so
+    a step with hundreds of parameters checks them in microseconds (np.may_share_memory on
+    every pair would take milliseconds)."""
+    ok = []
     spans = []
     for d, group in ((True, donated), (False, others)):
         for x in group:
+            k = len(ok) if d else None
+            if d:
+                ok.append(isinstance(x, np.ndarray) and x.flags.writeable
+                          and (not contiguous or x.flags.c_contiguous))
             if not isinstance(x, np.ndarray):
-                if d:
-                    return False
                 continue
-            if d and (not x.flags.writeable or (contiguous and not x.flags.c_contiguous)):
-                return False
             e = _extent(x)
             if e is not None:
-                spans.append((e[0], e[1], d))
-    spans.sort()
-    reach = reach_donated = -1
-    for lo, hi, d in spans:
-        if lo < reach_donated or (d and lo < reach):
-            return False
+                spans.append((e[0], e[1], k))
+    spans.sort(key=lambda s: (s[0], s[1]))
+    reach = -1
+    for j, (lo, hi, k) in enumerate(spans):
+        # overlaps an earlier span, or the next one (the later span starting first)
+        if k is not None and (lo < reach or (j + 1 < len(spans) and spans[j + 1][0] < hi)):
+            ok[k] = False
         reach = max(reach, hi)
-        if d:
-            reach_donated = max(reach_donated, hi)
-    return True
+    return tuple(ok)

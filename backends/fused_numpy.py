@@ -66,6 +66,9 @@ class _Names:
     def arg(self, x):
         return self.names[x]
 
+    def donation_test(self, x):
+        return "_rt_in_place"
+
 
 def scratch_bytes(g, n, placed=None):
     """Bytes the NumPy code of fused node n allocates besides n's result while it runs: its
@@ -107,6 +110,7 @@ def numpy_group_plan(cg, run):
     val = [cg.arg(x) for x in in_nodes]          # source of every value so far
     full = [g[x]["shape"] == shape for x in in_nodes]
     temps = set()                                # values held in `_t<j>` arrays, alive
+    literals = set()                             # values written as scalar literals
     # arguments that die here (the schedule's `spare`): temporaries may overwrite them
     # (read once, and not through a broadcast, whose value would share the name)
     spare = set(cg.spare.get(run[0], ()))
@@ -126,6 +130,7 @@ def numpy_group_plan(cg, run):
         elif ins.op == "const":
             val.append(literal(ins.attrs["value"], types[r_j][1]))
             full.append(False)
+            literals.add(r_j)
         elif OPS[ins.op].fusion == "broadcast":
             # NumPy broadcasts implicitly, with the same right-aligned rule as the IR
             val.append(val[ins.args[0]])
@@ -138,7 +143,8 @@ def numpy_group_plan(cg, run):
             rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
                                       types[r_j][1], any(full[r] for r in ins.args),
                                       r_j in target, val[reuse[0]] if reuse else None,
-                                      into_code(cg, into))
+                                      into_code(cg, into),
+                                      [r not in literals for r in ins.args])
             if into is not None:
                 held[r_j] = 0       # a donated argument's buffer: the schedule counts none
             elif new:
@@ -177,29 +183,37 @@ def numpy_group_plan(cg, run):
 def into_code(cg, x):
     """The `out=` of a node the schedule computes into argument x's buffer (None: none): a
     dying value's buffer always; a donated argument's when the call allows it
-    (`_rt_in_place`), else the fallback `{}` (a dying temporary's buffer, or a new array)."""
+    (`_rt_in_place[k]`), else the fallback `{}` (a dying temporary's buffer, or a new array)."""
     if x is None:
         return None
     if cg.g[x]["op"] == "input":
-        return cg.arg(x) + " if _rt_in_place else {}"
+        return cg.arg(x) + f" if {cg.donation_test(x)} else {{}}"
     return cg.arg(x)
 
 
-def _call(cg, ins, args, shape, dtype, is_full, is_out, dying, into=None):
+def _call(cg, ins, args, shape, dtype, is_full, is_out, dying, into=None, arrays=None):
     """(right-hand side, is the result full-shape, is it a new array) for one instruction: a
     ufunc writing into the dying buffer `dying` when there is one, else a new array; an
     output the schedule puts into an argument's buffer is written there (`into_code`)."""
     from .numpy_backend import op_expression
     uf = ufunc_name(ins.op)
+    if uf is not None and shape and not is_full and (into is not None or
+                                                     (is_out and dying is None)):
+        # a full-shape result from smaller operands: the arguments are broadcast as views, as
+        # in the unfused program, so NumPy lays the new array out as it would there (a new
+        # C-order array would be summed in another order where the inputs are not C order)
+        arrays = arrays or [True] * len(args)
+        if not any(arrays):
+            arrays = [True] + [False] * (len(args) - 1)
+        args = [f"np.broadcast_to({x}, {shape})" if a else x for x, a in zip(args, arrays)]
     if into is not None:
-        other = dying if dying is not None else \
-            (f"np.empty({shape}, np.{dtype.name})" if not is_full else "None")
+        other = dying if dying is not None else "None"
         return f"{uf}({', '.join(args)}, out={into.format(other)})", True, False
     if uf is not None and shape:
         if dying is not None:
             return f"{uf}({', '.join(args)}, out={dying})", True, False
         if is_out and not is_full:
-            return f"{uf}({', '.join(args)}, out=np.empty({shape}, np.{dtype.name}))", True, True
+            return f"{uf}({', '.join(args)})", True, True
         return f"{uf}({', '.join(args)})", is_full, True
     rhs = op_expression(ins.op, ins.attrs, args, cg.attrs_tab)
     if shape and is_out and not is_full:

@@ -187,7 +187,7 @@ class NumbaCodegen(Codegen):
                 continue
             j = arg_nodes.index(x)
             inplace[k] = j
-            test = "_rt_in_place" if self.g[x]["op"] == "input" else \
+            test = self.donation_test(x) if self.g[x]["op"] == "input" else \
                 f"{args[j]}.flags.c_contiguous"
             if test not in tests:
                 tests.append(test)

@@ -58,6 +58,7 @@ class Codegen:
         self.in_place = self.sched.in_place   # node -> argument whose buffer it takes
         self.spare = self.sched.spare         # unit -> dying arguments its temporaries take
         self.contiguous_donations = False     # must donated arrays be C-contiguous?
+        self.donated_slot = {}                # donated input -> its index in _rt_in_place
 
     def arg(self, a):
         return self.expr.get(a, self.names[a])
@@ -123,17 +124,23 @@ class Codegen:
         """Lines deciding once per call whether results may go into donated arguments."""
         if not self.in_place:
             return []
-        from .codegen import donatable
-        self.namespace["_rt_donatable"] = donatable
+        from .codegen import donatable_each
+        self.namespace["_rt_donatable"] = donatable_each
         mine = {x for x in self.in_place.values() if self.g[x]["op"] == "input"}
         if not mine:
             return []
-        donated = "".join(self.names[i] + ", " for i in self.g.inputs if i in mine)
+        donated = [i for i in self.g.inputs if i in mine]
+        self.donated_slot = {i: k for k, i in enumerate(donated)}
+        args = "".join(self.names[i] + ", " for i in donated)
         rest = "".join(self.names[i] + ", " for i in self.g.inputs if i not in mine)
-        return [comment("donated arguments are overwritten by results (`out=`) when they are "
-                        "writable arrays that share no memory with another argument"),
-                f"_rt_in_place = _rt_donatable(({donated}), ({rest}), "
+        return [comment("each donated argument is overwritten by its results (`out=`) when it "
+                        "is a writable array sharing no memory with another argument"),
+                f"_rt_in_place = _rt_donatable(({args}), ({rest}), "
                 f"{self.contiguous_donations})"]
+
+    def donation_test(self, x):
+        """The run-time test that donated argument x may be written: `_rt_in_place[k]`."""
+        return f"_rt_in_place[{self.donated_slot[x]}]"
 
     def emit_node(self, n):
         g = self.g

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from ..ir.errors import UnsupportedError
+from ..ir.errors import ShapeError, UnsupportedError
 from . import composites as C
 from . import functions as F
 from . import linalg as LA
@@ -191,9 +191,27 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     return F.power(F.sum(F.power(a, ord), axis=axes, keepdims=keepdims), 1.0 / ord)
 
 
-def _average(a, axis=None, weights=None):
+def _average(a, axis=None, weights=None, returned=False, keepdims=False):
+    if returned or keepdims:
+        raise UnsupportedError("np.average(returned=, keepdims=) is not supported by adjit")
     if weights is None:
         return F.mean(a, axis)
+    wshape = tuple(np.shape(weights)) if not hasattr(weights, "shape") else tuple(weights.shape)
+    ashape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
+    if wshape != ashape:
+        # as NumPy: 1-D weights of the length of `axis` weigh along that axis
+        if axis is None:
+            raise ShapeError("np.average: weights differ in shape from the array; give axis")
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(ax % len(ashape) for ax in axes)
+        if wshape != tuple(ashape[ax] for ax in axes):
+            raise ShapeError(f"np.average: weights of shape {wshape} do not fit axis {axis} "
+                             f"of an array of shape {ashape}")
+        order = sorted(range(len(axes)), key=lambda k: axes[k])
+        if order != list(range(len(axes))):
+            weights = F.transpose(weights, tuple(order))
+        weights = F.reshape(weights, tuple(d if k in axes else 1
+                                           for k, d in enumerate(ashape)))
     return F.div(F.sum(F.mul(a, weights), axis), F.sum(F.mul(F.ones_like(a), weights), axis))
 
 

@@ -686,6 +686,19 @@ def _transpose_of_matmul(emit, attrs, args):
 
 
 OPS["transpose"].rewrite = _transpose_of_matmul
+
+
+def _cast_of_broadcast(emit, attrs, args):
+    # cast(broadcast_to(x)) = broadcast_to(cast(x)): fewer elements converted, and NumPy's
+    # astype of a broadcast view lays out its result unlike a ufunc would (stride-0 axes
+    # innermost), so sums over it would add in another order than the fused program's
+    (x,) = args
+    if x["op"] != "broadcast_to":
+        return None
+    return emit("broadcast_to", [emit("cast", [x["args"][0]], dict(attrs))], dict(x["attrs"]))
+
+
+OPS["cast"].rewrite = _cast_of_broadcast
 OPS["transpose"].noop = lambda a, shape, dtype: tuple(a["perm"]) == tuple(range(len(shape)))
 OPS["reshape"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)
 OPS["broadcast_to"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)

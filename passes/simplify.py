@@ -139,6 +139,23 @@ def _rewrite(new, d, args, seen):
             if new[r]["name"] is None:
                 new[r]["name"] = d["name"]
             return r
+    # an elementwise op of uniform constants (broadcasts of scalars) is a broadcast scalar:
+    # computed as a full array it would reach later ops as a plain array where fused code
+    # (which inlines scalars) passes a scalar, and NumPy takes different paths for the two
+    # (power with a stride-0 exponent of 2, 0.5 or -1 squares, roots or divides; with an
+    # array of them it calls pow), so fused and unfused programs would differ in the last bit
+    if opdef.kind == "elementwise" and args and d["shape"] != () \
+            and not all(new[a]["op"] == "const" and new[a]["shape"] == d["shape"]
+                        and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT
+                        for a in args):
+        consts = [uniform_value(new, a) for a in args]
+        if all(c is not None for c in consts):
+            vals = [np.asarray(c, dtype=new[a]["dtype"]) for c, a in zip(consts, args)]
+            value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
+            c = _rewrite(new, dict(d, op="const", shape=(), name=None,
+                                   attrs={"value": value, "dtype": value.dtype}), (), seen)
+            return _rewrite(new, dict(d, op="broadcast_to", attrs={"shape": d["shape"]}),
+                            (c,), seen)
     # constant folding of small values
     # broadcasts of constants stay views: folding them would materialise big arrays
     if args and all(new[a]["op"] == "const" for a in args) and op != "broadcast_to" \
