@@ -27,6 +27,9 @@ class MemoryReport:
     forward_flops: int = 0
     # the peak less the results (gradients) already computed at that step: the working memory
     peak_working_bytes: int = 0
+    # the checkpoint pass's plan: candidates, segments, mode, budget, and a note when
+    # checkpointing was asked for but could not lower the peak (and why)
+    plan: dict = field(default_factory=dict)
 
     @property
     def recompute_ratio(self) -> float:
@@ -38,6 +41,8 @@ class MemoryReport:
         if self.checkpoints:
             s += (f"; {len(self.checkpoints)} values kept for the backward, recomputes "
                   f"{100 * self.recompute_ratio:.0f}% of the forward FLOPs")
+        if self.plan.get("note"):
+            s += f"; checkpointing: {self.plan['note']}"
         return s
 
 

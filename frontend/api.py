@@ -58,6 +58,8 @@ class Compiled:
 
     def __init__(self, fn, traced=None, *, backend="auto", fuse=True, checkpoint=None,
                  memory_budget=None, static_argnums=(), name=None, **backend_options):
+        from ..passes.checkpoint import check_options
+        checkpoint, memory_budget = check_options(checkpoint, memory_budget)
         self.fn = fn
         self._traced = traced or fn
         self.options = dict(backend=backend, fuse=fuse, checkpoint=checkpoint,

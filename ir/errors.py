@@ -31,3 +31,8 @@ class VerifyError(AdjitError):
 
 class BudgetError(AdjitError):
     """No checkpoint schedule fits under the requested memory budget."""
+
+
+class OptionError(AdjitError, ValueError, TypeError):
+    """A compile option has a value of the wrong kind or out of range (checkpoint=0,
+    memory_budget="1MB"); the message names the option and what to pass."""

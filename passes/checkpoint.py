@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.errors import BudgetError
+from ..ir.errors import BudgetError, OptionError
 from ..ir.graph import Graph, Where
 from .schedule import buffers, flops, kind, plan
 
@@ -46,6 +46,7 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
     parameters) take no memory, as the schedule will count them. Raises BudgetError when no
     choice of checkpoints fits the budget.
     """
+    segments, budget = check_options(segments, budget)
     a = _analyze(g, scratch)
     a.donate = dict(donate_argnums=donate_argnums, in_place_ok=in_place_ok)
     if budget is not None:
@@ -54,13 +55,68 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
         chosen = None
     else:
         chosen = _even_segments(a, segments)
-    if not chosen:
-        out = g.copy()
-        out.meta["checkpoint_plan"] = _plan_note(a, [], segments, budget)
+    note = None
+    if not a.m:
+        note = ("no candidate cut points: no value lies on every path from the data inputs to "
+                "the loss, so no segment can be recomputed and the graph is unchanged")
+    elif chosen:
+        out = _rewrite(a, chosen)
+        # checkpointing pays recomputation for memory: check that it buys some
+        full = _exact(a, [], schedule=True)
+        got = plan(out, out.meta.get("order"), a.scratch, **a.donate)
+        if got.peak_bytes >= full.peak_bytes and \
+                got.peak_working_bytes >= full.peak_working_bytes:
+            note = (f"{len(chosen) + 1} segments do not lower the static peak "
+                    f"({_size(got.peak_bytes)} against {_size(full.peak_bytes)} without "
+                    "checkpointing): the results, or the values kept across the "
+                    "checkpoints, outweigh the activations recomputed")
+        out.meta["checkpoint_plan"] = _plan_note(a, chosen, segments, budget, note)
         return out
-    out = _rewrite(a, chosen)
-    out.meta["checkpoint_plan"] = _plan_note(a, chosen, segments, budget)
+    elif budget is not None:
+        note = "the whole program fits the budget without recomputation"
+    out = g.copy()
+    out.meta["checkpoint_plan"] = _plan_note(a, [], segments, budget, note)
     return out
+
+
+def _size(b) -> str:
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= k:
+            return f"{b / k:.2f} {unit}"
+    return f"{int(b)} bytes"
+
+
+def check_options(checkpoint=None, memory_budget=None):
+    """-> (checkpoint, memory_budget) normalised (a NumPy integer becomes an int, a whole
+    float budget an int); raises OptionError naming the option and what to pass."""
+    if checkpoint is not None:
+        if isinstance(checkpoint, str):
+            if checkpoint != "sqrt":
+                raise OptionError(f"checkpoint must be None, 'sqrt' or a number of segments "
+                                  f"(an int >= 1), got {checkpoint!r}")
+        elif isinstance(checkpoint, (int, np.integer)) and not isinstance(
+                checkpoint, (bool, np.bool_)):
+            if checkpoint < 1:
+                raise OptionError(f"checkpoint must be None, 'sqrt' or a number of segments "
+                                  f"(an int >= 1; 1 means no recomputation), got {checkpoint}")
+            checkpoint = int(checkpoint)
+        else:
+            raise OptionError(f"checkpoint must be None, 'sqrt' or a number of segments "
+                              f"(an int >= 1), got {checkpoint!r} of type "
+                              f"{type(checkpoint).__name__}")
+    if memory_budget is not None:
+        ok = isinstance(memory_budget, (int, float, np.integer, np.floating)) and \
+            not isinstance(memory_budget, (bool, np.bool_))
+        if not ok:
+            raise OptionError(f"memory_budget must be a number of bytes (e.g. "
+                              f"memory_budget=64 * 2**20 for 64 MiB), got {memory_budget!r} "
+                              f"of type {type(memory_budget).__name__}")
+        if not (math.isfinite(memory_budget) and memory_budget >= 1):
+            raise OptionError(f"memory_budget must be a positive, finite number of bytes (e.g. "
+                              f"memory_budget=64 * 2**20 for 64 MiB; None for no budget), got "
+                              f"{memory_budget!r}")
+        memory_budget = int(memory_budget)
+    return checkpoint, memory_budget
 
 
 # -- analysis ---------------------------------------------------------------------------------
@@ -298,8 +354,9 @@ def _fit_budget(a: _Analysis, budget: int) -> list:
             return chosen
     if a.m == 0:
         raise BudgetError(_no_fit(a, budget, whole, "no value cuts the forward pass into "
-                                                    "segments (every path from the data to "
-                                                    "the loss avoids each candidate)"))
+                                                    "segments (none lies on every path from "
+                                                    "the data to the loss), so "
+                                                    "checkpointing cannot lower its peak"))
     low = _lowest_peak(a, costs, whole)
     raise BudgetError(_no_fit(a, budget, low, "even the cheapest segments in memory exceed it"))
 
@@ -318,10 +375,12 @@ def _search(a, c, target, whole):
     return None
 
 
-def _exact(a: _Analysis, chosen) -> int:
-    """The static peak of a choice, from the schedule pass itself."""
+def _exact(a: _Analysis, chosen, schedule=False):
+    """The static peak of a choice, from the schedule pass itself (schedule=True: the
+    whole Schedule)."""
     g = _rewrite(a, chosen) if chosen else a.g
-    return plan(g, g.meta.get("order"), a.scratch, **a.donate).peak_bytes
+    s = plan(g, g.meta.get("order"), a.scratch, **a.donate)
+    return s if schedule else s.peak_bytes
 
 
 def _in_place(a: _Analysis) -> set:
@@ -402,15 +461,17 @@ def _dp(c: _Costs, budget: float):
 def _no_fit(a, budget, low, why) -> str:
     res = sum(a.g.nbytes(o) for o in set(a.g.outputs))
     name = a.g.meta.get("fn_name", "the function")
-    return (f"memory_budget={budget} bytes ({budget / 2**20:.2f} MiB) is too small for "
-            f"{name}: {why}. The lowest static peak found is {low / 2**20:.2f} MiB, of which "
-            f"{res / 2**20:.2f} MiB are its results (the gradients). Raise the budget, or "
-            "use checkpoint='sqrt' for the least memory without a budget.")
+    return (f"memory_budget={budget} bytes ({_size(budget)}) is too small for {name}: {why}. "
+            f"The lowest static peak found is {low} bytes ({_size(low)}), of which "
+            f"{_size(res)} are its results. Raise the budget to at least memory_budget={low}, "
+            "or shrink the batch or the model.")
 
 
-def _plan_note(a, chosen, segments, budget) -> dict:
+def _plan_note(a, chosen, segments, budget, note=None) -> dict:
+    """What was asked and chosen; "note" says why checkpointing did not help, if it did not."""
     return {"candidates": a.m, "segments": len(chosen) + 1 if chosen else 1,
-            "mode": "budget" if budget is not None else segments, "budget": budget}
+            "mode": "budget" if budget is not None else segments, "budget": budget,
+            "note": note}
 
 
 # -- rewriting --------------------------------------------------------------------------------

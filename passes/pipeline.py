@@ -52,4 +52,5 @@ def memory_report(g):
     fwd = sum(flops(g, n) for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
     ck = g.meta.get("checkpoints", {})
     return MemoryReport(s.peak_bytes, s.live_bytes, list(s.order), dict(ck),
-                        g.meta.get("recomputed_flops", 0), fwd, s.peak_working_bytes)
+                        g.meta.get("recomputed_flops", 0), fwd, s.peak_working_bytes,
+                        dict(g.meta.get("checkpoint_plan") or {}))

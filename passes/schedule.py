@@ -70,12 +70,21 @@ def _contiguous(g, n, memo):
     if n in memo:
         return memo[n]
     d = g[n]
-    if kind(d["op"]) == "view":
-        r = d["op"] == "reshape" and _contiguous(g, d["args"][0], memo)
+    if d["op"] == "reshape" and _unit_axes_only(g, n):
+        r = _contiguous(g, d["args"][0], memo)
     else:
-        r = True
+        # other views may be strided; a general reshape either views a contiguous value or
+        # copies it into a new (contiguous) array
+        r = kind(d["op"]) != "view" or d["op"] == "reshape"
     memo[n] = r
     return r
+
+
+def _unit_axes_only(g, n) -> bool:
+    """Does reshape n only insert or drop axes of length 1? NumPy then returns a view
+    whatever the strides of its argument (x[:, 1:5].reshape(b, 4, 1) copies nothing)."""
+    src = [k for k in g[g[n]["args"][0]]["shape"] if k != 1]
+    return src == [k for k in g[n]["shape"] if k != 1]
 
 
 def is_view(g: Graph, n, memo=None) -> bool:
@@ -84,8 +93,9 @@ def is_view(g: Graph, n, memo=None) -> bool:
     if kind(d["op"]) != "view":
         return False
     if d["op"] == "reshape":
-        # reshaping a transposed or broadcast view copies
-        return _contiguous(g, d["args"][0], memo if memo is not None else {})
+        # reshaping a transposed or broadcast view copies, unless only unit axes change
+        return _unit_axes_only(g, n) or \
+            _contiguous(g, d["args"][0], memo if memo is not None else {})
     return True
 
 
