@@ -18,18 +18,9 @@ import time
 import numpy as np
 
 import adjit
+from adjit.cli import _positive_int  # the command's own argument types
 
 MiB = 2 ** 20
-
-
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def _budget(text):
