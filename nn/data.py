@@ -347,9 +347,7 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
     data: label 12 at index 1 is outside 0..9 (1 of 2 labels)
     """
     X, y = np.asarray(X), np.asarray(y)
-    if X.ndim != 2:
-        raise DataError(f"{name}: expected images as a 2-D array (n, features), got shape "
-                        f"{X.shape}; flatten them with X.reshape(len(X), -1)")
+    _check_images(X, name, "images")
     if num_classes is None:
         _check_targets(X, y, name)
         return
@@ -360,14 +358,6 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
         raise DataError(f"{name}: {len(X)} images but {len(y)} labels; they must match")
     if len(X) == 0:
         raise DataError(f"{name}: the set is empty (0 images)")
-    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
-        raise DataError(f"{name}: expected numeric images, got dtype {X.dtype}")
-    if np.issubdtype(X.dtype, np.floating):
-        bad = ~np.isfinite(X)
-        if bad.any():
-            row = int(np.argmax(bad.any(axis=1)))
-            raise DataError(f"{name}: {int(bad.sum())} NaN or infinite values in the images, "
-                            f"the first in row {row}")
     if not np.issubdtype(y.dtype, np.integer):
         hint = "; if they are whole numbers use y.astype(np.int64)" if y.dtype.kind == "f" else ""
         raise DataError(f"{name}: labels must be integers, got dtype {y.dtype}{hint}")
@@ -378,17 +368,18 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
                         f"({int(out.sum())} of {len(y)} labels)")
 
 
-def _check_images(X, name):
+def _check_images(X, name, what="inputs"):
+    """X holds (n, features) finite numbers (`what` names them in the message)."""
     if X.ndim != 2:
-        raise DataError(f"{name}: expected inputs as a 2-D array (n, features), got shape "
+        raise DataError(f"{name}: expected {what} as a 2-D array (n, features), got shape "
                         f"{X.shape}; flatten them with X.reshape(len(X), -1)")
     if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
-        raise DataError(f"{name}: expected numeric inputs, got dtype {X.dtype}")
+        raise DataError(f"{name}: expected numeric {what}, got dtype {X.dtype}")
     if np.issubdtype(X.dtype, np.floating):
         bad = ~np.isfinite(X)
         if bad.any():
             row = int(np.argmax(bad.any(axis=1)))
-            raise DataError(f"{name}: {int(bad.sum())} NaN or infinite values in the inputs, "
+            raise DataError(f"{name}: {int(bad.sum())} NaN or infinite values in the {what}, "
                             f"the first in row {row}")
 
 
