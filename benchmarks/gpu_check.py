@@ -94,20 +94,16 @@ def init_params(seed=0):
 
 
 def mlp_loss(params, X, y):
-    import adjit
-    n = len(params) // 2
-    h = X
-    for i in range(1, n):
-        h = adjit.relu(h @ params[f"W{i}"].T + params[f"b{i}"])
-    z = h @ params[f"W{n}"].T + params[f"b{n}"]
-    # as adjit.nn.softmax_cross_entropy: one-hot targets, so the loss and its vjp fuse
-    return -np.mean(np.sum(adjit.log_softmax(z, axis=1) * adjit.one_hot(y, z.shape[1],
-                                                                         z.dtype), axis=1))
+    """The GPU tests' MLP loss (tests/backends/programs.py), written as
+    adjit.nn.softmax_cross_entropy is: one-hot targets, so the loss and its vjp fuse.
+    Imported here, after make_importable(), since programs.py imports adjit."""
+    from programs import mlp_loss_one_hot
+    return mlp_loss_one_hot(params, X, y)
 
 
 def adam_init(params):
-    zeros = {k: np.zeros_like(v) for k, v in params.items()}
-    return {"t": np.zeros((), np.float32), "m": zeros, "v": dict(zeros)}
+    from programs import adam_init as init
+    return init(params)
 
 
 def train_step(params, state, X, y):
