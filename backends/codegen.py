@@ -138,11 +138,6 @@ def _extent(x):
     return lo, hi + x.itemsize
 
 
-def donatable(donated, others, contiguous=False) -> bool:
-    """May a program write results over all of the arrays `donated`? (see `donatable_each`)"""
-    return all(donatable_each(donated, others, contiguous))
-
-
 def donatable_each(donated, others, contiguous=False) -> tuple:
     """For each array of `donated`: may a program write results over it? It must be a
     writable ndarray (C-contiguous if asked) whose memory overlaps no other argument's: a

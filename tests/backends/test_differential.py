@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import adjit
-from adjit.backends.codegen import donatable, donatable_each
+from adjit.backends.codegen import donatable_each
 from adjit.frontend import pytree
 
 rng = np.random.default_rng(3)
@@ -208,7 +208,7 @@ def test_donatable_each_judges_overlap_per_array():
     assert donatable_each((a, a), ()) == (False, False)
     assert donatable_each((a, np.asfortranarray(np.zeros((2, 2)))), (), True) == (True, False)
     assert donatable_each((a, 1.0), (b,)) == (True, False)
-    assert not donatable((a, b[::2]), (b,)) and donatable((a,), (b,))
+    assert not all(donatable_each((a, b[::2]), (b,))) and all(donatable_each((a,), (b,)))
 
 
 # -- a sample of the sweep's user-style functions ----------------------------------------------
