@@ -8,13 +8,23 @@ broadcasting is made explicit with `broadcast_to` nodes.
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 
 import numpy as np
 
 from ..ir.errors import GradError, ShapeError, UnsupportedError
 from ..ir.ops import OPS, _build_key
+from .buffer import Buffer, resolve
 from .tracer import Tracer, current, user_where, _at
+
+
+def _resolving(fn):
+    """adjit's own functions read a promoted Buffer's traced value (see buffer.py)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*[resolve(a) if isinstance(a, Buffer) else a for a in args], **kwargs)
+    return wrapper
 
 
 # -- lifting values into the trace ------------------------------------------------------------
@@ -38,6 +48,8 @@ def const(value, dtype=None):
 
 def lift(x, dtype, ctx=None):
     """A Tracer for x with the given dtype (constants are folded to that dtype)."""
+    if isinstance(x, Buffer):
+        x = resolve(x)  # a NumPy array made in the function that traced values were stored in
     if isinstance(x, Tracer):
         return cast(x, dtype)
     ctx = ctx or current()
@@ -119,6 +131,7 @@ def arctanh(x): return _elementwise("arctanh", [x], float_only=True)
 def arctan2(y, x): return _elementwise("arctan2", [y, x], float_only=True)
 
 
+@_resolving
 def stop_gradient(x):
     """The same values, but no cotangent flows back through them."""
     return _elementwise("stop_gradient", [x])
@@ -141,6 +154,7 @@ def eq(x, y): return _compare("eq", x, y)
 def ne(x, y): return _compare("ne", x, y)
 
 
+@_resolving
 def where(cond, x, y):
     """Elementwise choice `x if cond else y`, the traceable form of an `if` on array values.
 
@@ -429,6 +443,44 @@ def _static_int(k):
     raise UnsupportedError(f"unsupported index {type(k).__name__}{_at(user_where())}")
 
 
+# -- assignment: x[key] = v as a new array (Tracer.assign rebinds x to it) -----------------------
+def _value_for(v, target, x):
+    """v cast to x's dtype (unsafe, as NumPy's setitem) and broadcast to the target shape."""
+    val = cast(v, x.dtype) if isinstance(v, Tracer) else lift(v, x.dtype, x.ctx)
+    while val.ndim > len(target) and val.shape[0] == 1:
+        val = reshape(val, val.shape[1:])  # NumPy drops leading unit axes of the value
+    try:
+        ok = _broadcast_shape("assign", [val.shape, target]) == tuple(target)
+    except ShapeError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"could not broadcast input array from shape {val.shape} into shape "
+                         f"{tuple(target)}{_at(user_where())}")
+    return broadcast_to(val, target)
+
+
+def index_target(x, key, v, grid=None):
+    """(positions, value) for `x[key] = v`: the flat positions key selects in `grid` (by
+    default x's own positions) and v cast and broadcast to their shape."""
+    key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
+                for k in _norm_index(_static_masks(key), np.ndim(grid) if grid is not None
+                                     else x.ndim))
+    for k in key:
+        bounds = (k.start, k.stop, k.step) if isinstance(k, slice) else (k,)
+        if any(isinstance(b, Tracer) for b in bounds):
+            raise UnsupportedError(
+                f"assigning at a position computed from traced values (x[i] = v with a traced "
+                f"i){_at(user_where())} is not supported; write "
+                "x = adjit.where(np.arange(len(x)) == i, v, x) instead")
+    if grid is None:
+        grid = np.arange(x.size).reshape(x.shape)
+    try:
+        pos = np.asarray(grid[key])
+    except IndexError as e:
+        raise ShapeError(f"{e} (array of shape {np.shape(grid)}){_at(user_where())}") from None
+    return pos, _value_for(v, pos.shape, x)
+
+
 def take_along_axis(x, indices, axis):
     """np.take_along_axis as a gather with broadcast aranges on the other axes."""
     ax = _norm_axes((axis,), x.ndim, "take_along_axis")[0]
@@ -443,6 +495,7 @@ def take_along_axis(x, indices, axis):
     return getitem(x, tuple(key))
 
 
+@_resolving
 def one_hot(labels, num_classes, dtype=np.float32):
     """Rows of the identity matrix picked by integer labels (no gradient).
 
@@ -711,6 +764,7 @@ def _dtype_of(x):
 
 
 # -- composites users reach for ---------------------------------------------------------------
+@_resolving
 def relu(x):
     """max(x, 0), with derivative 0 at 0 as in PyTorch.
 
@@ -721,6 +775,7 @@ def relu(x):
     return where(gt(x, 0), x, 0)
 
 
+@_resolving
 def sigmoid(x):
     """1 / (1 + exp(-x)), written as 0.5 tanh(x/2) + 0.5 so it never overflows.
 
@@ -731,6 +786,7 @@ def sigmoid(x):
     return add(mul(tanh(mul(x, 0.5)), 0.5), 0.5)
 
 
+@_resolving
 def softplus(x):
     """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 
@@ -741,6 +797,7 @@ def softplus(x):
     return add(maximum(x, 0), log1p(exp(neg(abs(x)))))
 
 
+@_resolving
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) shifted by the max so it never overflows.
 
@@ -754,6 +811,7 @@ def logsumexp(x, axis=None, keepdims=False):
     return s if keepdims else squeeze(s, _axes(x, axis))
 
 
+@_resolving
 def log_softmax(x, axis=-1):
     """x - logsumexp(x): log-probabilities along `axis`.
 
@@ -764,6 +822,7 @@ def log_softmax(x, axis=-1):
     return sub(x, logsumexp(x, axis=axis, keepdims=True))
 
 
+@_resolving
 def softmax(x, axis=-1):
     """exp(log_softmax(x)): probabilities along `axis`.
 

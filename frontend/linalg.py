@@ -4,7 +4,8 @@ Each takes Tracers or NumPy arrays of shape (..., n, n) (batched as NumPy batche
 what NumPy would; with no Tracer among the arguments it simply calls NumPy. Integer inputs
 become float64 and float32 stays float32, as in NumPy. A singular matrix raises NumPy's
 LinAlgError when the program runs. The helpers at the end build the VJP and JVP rules of these
-ops in ir/ops.py (Giles 2008; Murray 2016 for cholesky).
+ops in ir/ops.py (Giles 2008; Murray 2016 for cholesky). svd, qr, pinv, lstsq and what is built
+on them live in decompositions.py.
 """
 from __future__ import annotations
 

@@ -13,10 +13,14 @@ import threading
 import numpy as np
 
 from ..ir.errors import ShapeError, UnsupportedError
+from . import buffer as B
 from . import composites as C
 from . import functions as F
 from . import linalg as LA
-from .tracer import Tracer, _at, user_where
+from . import numeric as N
+from . import statistics as S
+from . import decompositions as LD
+from .tracer import Tracer, _at, current, user_where
 
 _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
 
@@ -48,6 +52,8 @@ UFUNCS = {
     np.logaddexp: C.logaddexp,
     np.floor: F.floor, np.ceil: F.ceil, np.rint: F.round_,
     np.logical_not: C.logical_not,
+    np.remainder: N.remainder, np.fmod: N.fmod, np.floor_divide: N.floor_divide,
+    np.divmod: N.divmod_,
 }
 _REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod}
 _ACCUMULATE = {np.add: F.cumsum, np.multiply: C.cumprod}
@@ -165,7 +171,8 @@ def _clip(x, a_min=None, a_max=None, **kw):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    """np.linalg.norm: vector p-norms, and the Frobenius, 1 and inf norms of matrices."""
+    """np.linalg.norm: vector p-norms, and the Frobenius, 1, inf, 2, -2 and nuclear norms of
+    matrices (the last three from the singular values)."""
     nd = len(F._shape_of(x))
     axes = F._axes(x, axis) if axis is not None else tuple(range(nd))
     if ord is None or (ord == "fro" and len(axes) == 2) or (ord == 2 and len(axes) == 1):
@@ -176,10 +183,13 @@ def _norm(x, ord=None, axis=None, keepdims=False):
         s = F.sum(a, axis=r if ord in (1, -1) else c, keepdims=True)
         pick = F.max if ord in (1, math.inf) else F.min
         return pick(s, axis=(r, c), keepdims=keepdims)
+    if len(axes) == 2 and ord in (2, -2, "nuc"):
+        rc = F._norm_axes(axis, nd, "norm") if axis is not None else axes
+        return LD.singular_value_norm(x, ord, rc, keepdims)
     if len(axes) != 1 or isinstance(ord, str):
         raise UnsupportedError(f"np.linalg.norm with ord={ord!r} over {len(axes)} axes"
                                f"{_at(user_where())}; supported: vector p-norms and the "
-                               "matrix norms None, 'fro', 1, -1, inf, -inf")
+                               "matrix norms None, 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
     if ord == math.inf:
         return F.max(a, axis=axes, keepdims=keepdims)
     if ord == -math.inf:
@@ -291,7 +301,8 @@ FUNCTIONS = {
     np.tril: C.tril, np.linalg.matrix_power: C.matrix_power, np.convolve: C.convolve,
     np.correlate: C.correlate, np.nansum: C.nansum, np.nanmean: C.nanmean,
     np.nanmax: C.nanmax, np.nanmin: C.nanmin, np.count_nonzero: C.count_nonzero,
-    np.any: C.any_, np.all: C.all_, np.copy: lambda a, *args, **kw: a, np.append: _append,
+    np.any: C.any_, np.all: C.all_, np.copy: lambda a, *args, **kw: a.copy_(),
+    np.append: _append,
     np.rot90: _rot90,
     np.flip: F.flip, np.argmax: _argmax, np.argmin: functools.partial(_argmax, neg=True),
     np.diag: F.diag, np.diagonal: F.diagonal, np.trace: F.trace_, np.tile: F.tile,
@@ -299,9 +310,25 @@ FUNCTIONS = {
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+FUNCTIONS.update({
+    np.cov: S.cov, np.corrcoef: S.corrcoef, np.quantile: S.quantile,
+    np.percentile: S.percentile, np.nanvar: S.nanvar, np.nanstd: S.nanstd,
+    np.nanargmax: S.nanargmax, np.nanargmin: S.nanargmin,
+    np.nanquantile: S.refuse_nan_quantile("nanquantile", "quantile"),
+    np.nanpercentile: S.refuse_nan_quantile("nanpercentile", "percentile"),
+    np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: N.nan_to_num, np.select: N.select,
+    np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
+    np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
+    np.array_equal: N.refuse_python_bool("array_equal"),
+    np.array_equiv: N.refuse_python_bool("array_equiv"),
+})
 FUNCTIONS.update({np.linalg.inv: LA.inv, np.linalg.solve: LA.solve, np.linalg.det: LA.det,
                   np.linalg.slogdet: LA.slogdet, np.linalg.cholesky: LA.cholesky,
                   np.linalg.eigh: LA.eigh, np.linalg.eigvalsh: LA.eigvalsh})
+FUNCTIONS.update({np.linalg.svd: LD.svd, np.linalg.qr: LD.qr, np.linalg.pinv: LD.pinv,
+                  np.linalg.lstsq: LD.lstsq, np.linalg.matrix_rank: LD.matrix_rank,
+                  np.linalg.cond: LD.cond, np.linalg.eig: LD.eig, np.linalg.eigvals: LD.eigvals,
+                  getattr(np.linalg, "svdvals", None): LD.svdvals})
 # names that come and go between NumPy versions
 for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz", C.trapezoid)]:
     if hasattr(np, _name):
@@ -319,23 +346,56 @@ def _unsupported(name):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
-    if kwargs.get("out") is not None:
-        raise UnsupportedError(f"np.{ufunc.__name__}(..., out=...) writes in place, which a "
-                               f"traced function cannot do{_at(user_where())}; assign the "
-                               "result instead")
+    out = kwargs.pop("out", None)
+    if out is not None:
+        # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
+        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        if not isinstance(target, Tracer):
+            raise UnsupportedError(
+                f"np.{ufunc.__name__}(..., out=a) would write traced values into the NumPy "
+                f"array a{_at(user_where())} (also what a += traced does when a is a NumPy "
+                "array); write a = a + ... instead, or create a inside the function")
+        if method != "__call__":
+            _unsupported(f"{ufunc.__name__}.{method} with out=")
+        return _store(target, array_ufunc(ufunc, method, inputs, kwargs),
+                      f"np.{ufunc.__name__}(..., out=x)")
     if method == "__call__" and ufunc in UFUNCS:
-        kwargs.pop("out", None)
         dtype = kwargs.pop("dtype", None)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
-        out = UFUNCS[ufunc](*inputs)
-        return F.cast(out, dtype) if dtype is not None else out
+        r = UFUNCS[ufunc](*inputs)
+        r = F.cast(r, dtype) if dtype is not None else r
+        # a ufunc always returns a new array
+        return r.copy_() if any(r is x for x in inputs) or (
+            isinstance(r, Tracer) and r.base is not None) else r
+    if method == "at" and ufunc in (np.add, np.subtract):
+        return _ufunc_at(ufunc, *inputs)
     if method == "reduce" and ufunc in _REDUCE:
         axis = kwargs.get("axis", 0)
         return _REDUCE[ufunc](inputs[0], axis=axis, keepdims=kwargs.get("keepdims", False))
     if method == "accumulate" and ufunc in _ACCUMULATE:
         return _ACCUMULATE[ufunc](inputs[0], axis=kwargs.get("axis", 0))
+    if method == "outer" and ufunc in UFUNCS and ufunc.nin == 2:
+        a, b = inputs   # np.add.outer(a, b): a's axes first, then b's
+        a = F.reshape(a, tuple(F._shape_of(a)) + (1,) * len(F._shape_of(b)))
+        return array_ufunc(ufunc, "__call__", (a, b), kwargs)
     _unsupported(ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}")
+
+
+def _ufunc_at(ufunc, a, indices, b=None):
+    """np.add.at(a, indices, b): unbuffered, so repeated indices accumulate."""
+    if b is None:
+        raise UnsupportedError(f"np.{ufunc.__name__}.at needs a value{_at(user_where())}")
+    if not isinstance(a, Tracer):
+        raise UnsupportedError(
+            f"np.{ufunc.__name__}.at(a, ...) would write traced values into the NumPy array a"
+            f"{_at(user_where())}; create a inside the function (np.zeros...) or use a + ...")
+    pos, val = F.index_target(a, indices, b)
+    flat = pos.reshape(-1)
+    if ufunc is np.subtract:
+        val = F.neg(val)
+    summed = F.scatter_add(F.reshape(val, (-1,)), [flat], (("a", 0),), (a.size,))
+    _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
 
 
 def _np_name(func):
@@ -362,7 +422,18 @@ def array_function(func, args, kwargs):
         except TypeError as e:
             raise UnsupportedError(f"np.{_np_name(func)} is called with arguments adjit does "
                                    f"not support{_at(user_where())}: {e}") from None
-    return fn(*args, **kwargs)
+    r = fn(*args, **kwargs)
+    if func in _VIEWS or not isinstance(r, Tracer) or (r.base is None and not any(
+            r is a for a in args)):
+        return r
+    return r.copy_()  # NumPy answers with a new array: it must not alias an argument
+
+
+# the functions that NumPy answers with a view of their argument (writes go through to it)
+_VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
+          np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
+          np.diagonal, np.rot90, np.flip, np.fliplr, np.flipud, np.split, np.array_split,
+          np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real}
 
 
 # -- operators and methods on Tracer -----------------------------------------------------------
@@ -381,7 +452,6 @@ def _install():
     T.__matmul__ = lambda s, o: F.matmul(s, o)
     T.__rmatmul__ = lambda s, o: F.matmul(o, s)
     T.__neg__ = lambda s: F.neg(s)
-    T.__pos__ = lambda s: s
     T.__abs__ = lambda s: F.abs(s)
     T.__gt__ = lambda s, o: F.gt(s, o)
     T.__ge__ = lambda s, o: F.ge(s, o)
@@ -391,8 +461,12 @@ def _install():
     T.__ne__ = lambda s, o: F.ne(s, o)
     T.__getitem__ = lambda s, k: F.getitem(s, k)
     T.__setitem__ = _setitem
-    T.__floordiv__ = lambda s, o: _unsupported("floor_divide (//)")
-    T.__mod__ = lambda s, o: _unsupported("remainder (%)")
+    T.__floordiv__ = lambda s, o: N.floor_divide(s, o)
+    T.__rfloordiv__ = lambda s, o: N.floor_divide(o, s)
+    T.__mod__ = lambda s, o: N.remainder(s, o)
+    T.__rmod__ = lambda s, o: N.remainder(o, s)
+    T.__divmod__ = lambda s, o: N.divmod_(s, o)
+    T.__rdivmod__ = lambda s, o: N.divmod_(o, s)
     T.__and__ = lambda s, o: _bitwise("&", C.logical_and, s, o)
     T.__rand__ = lambda s, o: _bitwise("&", C.logical_and, o, s)
     T.__or__ = lambda s, o: _bitwise("|", C.logical_or, s, o)
@@ -423,8 +497,18 @@ def _install():
     T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
     T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)
     T.argsort = lambda s, axis=-1, kind=None: F.argsort(s, axis)
-    T.copy = lambda s, order="C": s
-    T.conj = T.conjugate = lambda s: s
+    T.copy = lambda s, order="C": s.copy_()
+    T.conj = T.conjugate = lambda s: s.copy_()
+    for name, sym, fn in [("add", "+", F.add), ("sub", "-", F.sub), ("mul", "*", F.mul),
+                          ("truediv", "/", F.div), ("pow", "**", _pow),
+                          ("matmul", "@", F.matmul), ("and", "&", T.__and__),
+                          ("or", "|", T.__or__), ("xor", "^", T.__xor__),
+                          ("floordiv", "//", T.__floordiv__), ("mod", "%", T.__mod__)]:
+        setattr(T, f"__i{name}__", _augmented(sym, fn))
+    T.__pos__ = lambda s: s.copy_()
+    for name in ("astype", "clip", "flatten", "round", "sum", "prod", "mean", "max", "min",
+                 "cumsum", "cumprod", "repeat", "take", "dot"):
+        setattr(T, name, _copied(getattr(T, name)))
     T.sort = _inplace("sort", "np.sort(x)")
     T.fill = _inplace("fill", "np.full_like(x, value)")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
@@ -449,14 +533,14 @@ _originals = {}
 
 
 def _holds_tracer(obj):
-    if isinstance(obj, Tracer):
+    if isinstance(obj, Tracer) or (isinstance(obj, B.Buffer) and B.traced_value(obj) is not None):
         return True
     return isinstance(obj, (list, tuple)) and any(_holds_tracer(v) for v in obj)
 
 
 def _from_nested(obj, orig):
-    if isinstance(obj, Tracer):
-        return obj
+    if isinstance(obj, (Tracer, B.Buffer)):
+        return B.resolve(obj)
     if isinstance(obj, (list, tuple)) and _holds_tracer(obj):
         if not obj:
             return orig(obj)
@@ -471,7 +555,10 @@ def _accepting(orig):
             return orig(obj, *args, **kwargs)
         dtype = kwargs.get("dtype", args[0] if args else None)
         out = _from_nested(obj, orig)
-        return F.cast(out, dtype) if dtype is not None else out
+        out = F.cast(out, dtype) if dtype is not None else out
+        if orig.__name__ == "array" and out is B.resolve(obj) and kwargs.get("copy", True):
+            return out.copy_()  # np.array copies unless told not to
+        return out
     return constructor
 
 
@@ -482,6 +569,9 @@ def constructors_accept_tracers():
             for name in _CONSTRUCTORS:
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _accepting(_originals[name]))
+            for name in B._MAKERS:
+                _originals[name] = getattr(np, name)
+                setattr(np, name, B.making_buffers(_originals[name]))
         _patch_depth[0] += 1
     done = []
 
@@ -492,7 +582,7 @@ def constructors_accept_tracers():
             done.append(True)
             _patch_depth[0] -= 1
             if _patch_depth[0] == 0:
-                for name in _CONSTRUCTORS:
+                for name in _CONSTRUCTORS + B._MAKERS:
                     setattr(np, name, _originals.pop(name))
     return restore
 
@@ -512,10 +602,51 @@ def _pow(x, p):
     return F.power(x, p)
 
 
+# -- assignment ---------------------------------------------------------------------------------
+def _writable(s):
+    if current() is not s.ctx:
+        raise UnsupportedError(
+            f"assigning into an array of an enclosing traced function{_at(user_where())}: "
+            "inside adjit.grad/jacobian/... of a closure, compute a new array instead")
+
+
 def _setitem(s, k, v):
-    raise UnsupportedError(f"item assignment (x[...] = ...) changes an array in place, which a "
-                           f"traced function cannot do{_at(user_where())}; build the result "
-                           "with adjit.where or np.concatenate instead")
+    """x[k] = v: x (and its views, and the array it views) now hold the new values."""
+    _writable(s)
+    s.assign_at(*F.index_target(s, k, v))
+
+
+def _store(s, r, what):
+    """Write r into s as NumPy's in-place ufuncs do (same shape, same_kind casting)."""
+    _writable(s)
+    if not isinstance(r, Tracer):
+        r = F.lift(r, s.dtype, s.ctx)
+    if r.shape != s.shape:
+        raise ShapeError(f"{what}: the result has shape {r.shape} but the array written to has "
+                         f"shape {s.shape}{_at(user_where())}; NumPy cannot store it there")
+    if r.dtype != s.dtype:
+        if not np.can_cast(r.dtype, s.dtype, "same_kind"):
+            raise UnsupportedError(
+                f"{what}: a {r.dtype} result cannot be stored in a {s.dtype} array (NumPy's "
+                f"same_kind casting){_at(user_where())}; assign x = x ... instead")
+        r = F.cast(r, s.dtype)
+    s.assign(r)
+    return s
+
+
+def _augmented(sym, fn):
+    def op(s, o):
+        return _store(s, fn(s, o), f"x {sym}= y")
+    return op
+
+
+def _copied(fn):
+    """A method NumPy answers with a new array: never the same tracer object back."""
+    @functools.wraps(fn)
+    def method(s, *args, **kwargs):
+        r = fn(s, *args, **kwargs)
+        return r.copy_() if isinstance(r, Tracer) and (r is s or r.base is not None) else r
+    return method
 
 
 _install()

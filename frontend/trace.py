@@ -13,6 +13,7 @@ import numpy as np
 from ..ir.errors import GradError, TraceError
 from ..ir.graph import Where
 from . import pytree
+from .buffer import resolve
 from .tracer import TraceContext, Tracer, where_override
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
@@ -80,6 +81,7 @@ def trace(fn, *args, static_argnums=()):
         out_leaves, out_tree, _ = pytree.flatten(out, "out")
         outs = []
         for leaf in out_leaves:
+            leaf = resolve(leaf)
             if not isinstance(leaf, Tracer):
                 from . import functions as F
                 leaf = F.const(leaf)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 
 import numpy as np
 
-from ..ir.errors import ShapeError, TraceError
+from ..ir.errors import ShapeError, TraceError, UnsupportedError
 from ..ir.graph import Graph, Where
 from ..ir.ops import OPS
 
@@ -23,6 +24,8 @@ _INTERNAL = tuple(os.path.join(_PKG, d) + os.sep for d in ("ir", "frontend", "pa
 _INTERNAL_FILES = (os.path.join(_PKG, "__init__.py"),)
 
 _state = threading.local()
+# a source line that stores into an indexed array: `a[i] = ...`, `a[i] += ...`
+_STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 
 
 def _stack():
@@ -86,7 +89,8 @@ class TraceContext:
             if node["op"] == "input" and node["attrs"].get("weak"):
                 self.graph[got.id]["attrs"]["weak"] = True
             self.captured[key] = got
-            self.graph.meta.setdefault("captured", []).append(t)
+            # a snapshot: `t` itself may be assigned into later (x[i] = ...) in its trace
+            self.graph.meta.setdefault("captured", []).append(Tracer(t.ctx, t.id))
         return got
 
     def __enter__(self):
@@ -138,7 +142,15 @@ class TraceContext:
             shown = " and ".join(str(s) for s in shapes)
             raise ShapeError(f"{op}: shapes {shown} do not fit{_at(where)}: {e}") from None
         nid = self.graph.add(op, [a.id for a in args], shape, dtype, attrs, name, where)
-        return Tracer(self, nid)
+        out = Tracer(self, nid)
+        if opdef.kind == "view" and args:
+            # NumPy returns a view here: remember how it derives from the array that owns the
+            # data, so assignments through either side are seen by the other (see Tracer)
+            src = args[0]
+            out.base = src.base if src.base is not None else src
+            out.chain = src.chain + ((op, attrs),)
+            out.bver = out.base.ver
+        return out
 
 
 def _at(where) -> str:
@@ -146,13 +158,119 @@ def _at(where) -> str:
 
 
 class Tracer:
-    """A symbolic array: shape and dtype known, value not. Supports NumPy's protocols."""
-    __slots__ = ("ctx", "id", "shape", "dtype")
+    """A symbolic array: shape and dtype known, value not. Supports NumPy's protocols.
+
+    Assignment (`x[i] = v`, `x += v`, `out=x`) is functional underneath: the tracer object is
+    rebound to a new node (`assign`) and its version `ver` goes up. A tracer made by a view op
+    (basic indexing, reshape, transpose) keeps NumPy's aliasing: `base` is the tracer owning
+    the data, `chain` the view ops from it, and `bver` the version it was derived from. A view
+    whose base changed is re-derived from the base on its next use; an assignment into a view
+    writes through to the base.
+    """
+    __slots__ = ("ctx", "_id", "shape", "dtype", "base", "chain", "bver", "ver", "_pending")
     __array_priority__ = 1000
 
     def __init__(self, ctx, nid):
         node = ctx.graph[nid]
-        self.ctx, self.id, self.shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
+        self.ctx, self._id, self.shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
+        self.base, self.chain, self.bver, self.ver = None, (), 0, 0
+        self._pending = None
+
+    @property
+    def id(self):
+        """The node holding this array's current value."""
+        if self._pending is not None:
+            self._materialize()
+        b = self.base
+        if b is not None and b.ver != self.bver:
+            self._rederive()
+        return self._id
+
+    # -- assignment --------------------------------------------------------------------------
+    def assign(self, value: "Tracer"):
+        """Make this array hold `value` (same shape and dtype) from now on, as NumPy's in-place
+        writes do: views of it, and the array it is a view of, see the change."""
+        assert value.shape == self.shape and value.dtype == self.dtype
+        if self.base is not None:
+            self.base.assign_at(self.positions(), value)
+            return
+        self._pending, self._id = None, value.id
+        self.ver += 1
+
+    def assign_at(self, pos: np.ndarray, value: "Tracer"):
+        """Write `value` (shape pos.shape, this array's dtype) at the flat positions `pos` of
+        this array; where a position is listed twice the last write wins, as in NumPy.
+        Writes are collected and become nodes on the next read (`_materialize`), so a loop
+        filling rows costs one concatenation instead of one full-size select per row."""
+        assert value.shape == pos.shape and value.dtype == self.dtype
+        if self.base is not None:
+            self.base.assign_at(self.positions().reshape(-1)[pos], value)
+            return
+        if pos.size == 0:
+            return
+        if self._pending is None:
+            self._pending = (self._id, [])
+        self._pending[1].append((pos.reshape(-1), value.id))  # the value as of now
+        self.ver += 1
+
+    def positions(self) -> np.ndarray:
+        """The flat positions in `base` of each element of this view (shape: self.shape)."""
+        if any(op == "broadcast_to" for op, _ in self.chain):
+            raise UnsupportedError(f"assignment destination is read-only: a broadcast view "
+                                   f"(np.broadcast_to) cannot be written, as in NumPy"
+                                   f"{_at(user_where())}")
+        pos = np.arange(self.base.size).reshape(self.base.shape)
+        for op, attrs in self.chain:
+            pos = OPS[op].numpy(pos, **attrs)
+        return np.asarray(pos)
+
+    def _node(self, op, ids, attrs):
+        g = self.ctx.graph
+        d = [g[i] for i in ids]
+        shape = tuple(int(v) for v in OPS[op].shape([x["shape"] for x in d], attrs))
+        return g.add(op, ids, shape, OPS[op].dtype([x["dtype"] for x in d], attrs), attrs,
+                     None, user_where())
+
+    def _materialize(self):
+        """The collected writes as nodes: the written values (and what is left of the old
+        value) concatenated flat, then one gather unless they already lie in order."""
+        base_id, writes = self._pending
+        self._pending = None
+        size = self.size
+        idx = np.arange(size, dtype=np.intp)
+        sources, offset = [(base_id, size)], size
+        for pos, vid in writes:
+            idx[pos] = offset + np.arange(pos.size)
+            sources.append((vid, pos.size))
+            offset += pos.size
+        used = np.zeros(offset, bool)
+        used[idx] = True
+        remap, kept, start, n_kept = np.full(offset, -1, np.intp), [], 0, 0
+        for sid, n in sources:
+            if used[start:start + n].any():
+                remap[start:start + n] = n_kept + np.arange(n)
+                kept.append(sid if self.ctx.graph[sid]["shape"] == (n,) else
+                            self._node("reshape", [sid], {"shape": (n,)}))
+                n_kept += n
+            start += n
+        idx = remap[idx]
+        flat = kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0})
+        if n_kept != size or not np.array_equal(idx, np.arange(size)):
+            c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
+                                   {"value": idx, "dtype": idx.dtype}, None, user_where())
+            flat = self._node("gather", [flat, c], {"key": (("a", 0),)})
+        self._id = flat if self.shape == (size,) else self._node("reshape", [flat],
+                                                                  {"shape": self.shape})
+
+    def _rederive(self):
+        nid = self.base.id
+        for op, attrs in self.chain:
+            nid = self._node(op, [nid], attrs)
+        self._id, self.bver = nid, self.base.ver
+
+    def copy_(self) -> "Tracer":
+        """A new array with this one's current value (NumPy's copy: no aliasing)."""
+        return Tracer(self.ctx, self.id)
 
     # -- array attributes -----------------------------------------------------------------
     @property
@@ -189,6 +307,13 @@ class Tracer:
     # -- values are unknown while tracing ---------------------------------------------------
     def _concrete(self, what):
         w = user_where()
+        if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
+                                                                          "int")):
+            raise TraceError(
+                f"a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
+                "only hold numbers. Create the array inside the function with np.zeros, "
+                "np.empty, np.ones, np.full (or their *_like forms) so adjit follows it, or "
+                "collect the values in a list and np.stack them.")
         raise TraceError(
             f"{what} needs the value of a traced array, which is not known while tracing"
             f"{_at(w)}. Python control flow on traced values cannot be compiled: use "

@@ -629,6 +629,65 @@ _register(OpDef(
     doc="part 'eigenvalues' (ascending) or 'eigenvectors' (columns) of a symmetric matrix, "
         "reading its lower triangle; gradients need distinct eigenvalues"))
 
+# svd, qr and pinv of (..., m, n) stacks; their rules live in frontend/decompositions.py
+LD = _Lazy("adjit.frontend.decompositions")
+_SVD_PARTS = ("U", "S", "Vh")
+
+
+def svd_shape(shapes, a):
+    (s,) = shapes
+    assert len(s) >= 2, f"expected (..., m, n), got {s}"
+    m, n = s[-2:]
+    k = min(m, n)
+    return tuple(s[:-2]) + {"U": (m, k), "S": (k,), "Vh": (k, n)}[a["part"]]
+
+
+def qr_shape(shapes, a):
+    (s,) = shapes
+    assert len(s) >= 2 and s[-2] >= s[-1], f"expected (..., m, n) with m >= n, got {s}"
+    return tuple(s) if a["part"] == "Q" else tuple(s[:-2]) + (s[-1], s[-1])
+
+
+def _mnk(k):
+    """FLOPs: k m n min(m, n) per matrix of the first argument (LAPACK's leading terms)."""
+    return lambda out, ins, a: int(k * _numel(ins[0][:-2]) * ins[0][-2] * ins[0][-1]
+                                   * min(ins[0][-2:]))
+
+
+def _svd_code(args, a):
+    if a["part"] == "S":
+        return f"np.linalg.svd({args[0]}, compute_uv=False)"
+    return f"np.linalg.svd({args[0]}, full_matrices=False)[{_SVD_PARTS.index(a['part'])}]"
+
+
+_register(OpDef(
+    "svd", 1, "linalg", svd_shape, first_dtype,
+    lambda a, part: np.linalg.svd(a, compute_uv=False) if part == "S"
+    else np.linalg.svd(a, full_matrices=False)[_SVD_PARTS.index(part)],
+    lambda g, out, a, part: LD.svd_vjp(g, out, a, part),
+    lambda t, out, a, part: LD.svd_jvp(t, out, a, part), _svd_code,
+    flops=lambda out, ins, a: _mnk(4 if a["part"] == "S" else 12)(out, ins, a),
+    doc="part 'U', 'S' (descending) or 'Vh' of the reduced SVD a = U S Vh; gradients of U "
+        "and Vh need distinct, nonzero singular values"))
+_register(OpDef(
+    "qr", 1, "linalg", qr_shape, first_dtype,
+    lambda a, part: np.linalg.qr(a)[("Q", "R").index(part)],
+    lambda g, out, a, part: LD.qr_vjp(g, out, a, part),
+    lambda t, out, a, part: LD.qr_jvp(t, out, a, part), _part("qr", ("Q", "R")),
+    flops=lambda out, ins, a: _mnk(4 if a["part"] == "Q" else 2)(out, ins, a),
+    doc="part 'Q' or 'R' of the reduced QR decomposition of (..., m, n) with m >= n "
+        "(frontend/decompositions.py reduces m < n to it); gradients need rank n"))
+_register(OpDef(
+    "pinv", 1, "linalg",
+    lambda s, a: tuple(s[0][:-2]) + (s[0][-1], s[0][-2]), first_dtype,
+    lambda a, rcond: np.linalg.pinv(a, rcond=rcond),
+    lambda g, out, a, rcond: LD.pinv_vjp(g, out, a, rcond),
+    lambda t, out, a, rcond: LD.pinv_jvp(t, out, a, rcond),
+    lambda args, a: f"np.linalg.pinv({args[0]}, rcond={float(a['rcond'])!r})",
+    flops=_mnk(16),
+    doc="Moore-Penrose pseudo-inverse, singular values <= rcond * max(s) taken as 0; the "
+        "gradient holds where the rank is constant (Golub and Pereyra 1973)"))
+
 # -- scans, rounding and arg-reductions (no or simple gradients) ------------------------------
 _register(OpDef(
     "cumsum", 1, "scan", same_shape, first_dtype, lambda x, axis: np.cumsum(x, axis=axis),

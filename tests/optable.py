@@ -32,6 +32,13 @@ def domain(name, shape, rng):
         q = np.linalg.qr(rng.normal(size=shape))[0]
         w = 1.0 + np.arange(n) + rng.uniform(0.0, 0.5, size=shape[:-1])
         return (q * w[..., None, :]) @ np.swapaxes(q, -1, -2)
+    if name == "svd":  # (..., m, n), singular values in [1, k + 1) at least 0.5 apart
+        m, n = shape[-2:]
+        k = min(m, n)
+        u = np.linalg.qr(rng.normal(size=shape[:-2] + (m, k)))[0]
+        v = np.linalg.qr(rng.normal(size=shape[:-2] + (n, k)))[0]
+        s = 1.0 + np.arange(k) + rng.uniform(0.0, 0.5, size=shape[:-2] + (k,))
+        return (u * s[..., None, :]) @ np.swapaxes(v, -1, -2)
     if name == "invertible":  # (..., n, n) near 2 I: well conditioned, not symmetric
         return 2.0 * np.eye(shape[-1]) + domain("away0", shape, rng) / 3.0
     raise KeyError(name)
@@ -151,10 +158,23 @@ def _eigh(a):
     return w[..., None, :] * v ** 2 + w[..., :, None]
 
 
+def _svd(a):
+    # products of a singular vector's entries with themselves do not depend on LAPACK's signs
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    return (u ** 2 * s[..., None, :]) @ vh ** 2 + np.sum(s, axis=-1)[..., None, None]
+
+
+def _qr(a):
+    q, r = np.linalg.qr(a)
+    return q ** 2 @ r + np.sum(r ** 2, axis=-2)[..., None, :]
+
+
 # batched 2 x 2: the cofactors are entries of a, so no gradient element is near 0, where the
 # element-wise relative error of test_gradcheck would measure rounding
 _SQUARE = [[((3, 3), "invertible")], [((2, 2, 2), "invertible")]]
 _SPD = [[((3, 3), "spd")], [((2, 4, 4), "spd")]]
+_RECT = [[((3, 3), "svd")], [((4, 3), "svd")], [((3, 4), "svd")], [((2, 4, 3), "svd")],
+         [((2, 3, 5), "svd")]]
 # linear algebra on stacks of matrices; the rows keep inputs well conditioned
 TABLE.update({
     "inv": {"fn": np.linalg.inv, "inputs": _SQUARE},
@@ -168,6 +188,10 @@ TABLE.update({
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},
     "cholesky": {"fn": np.linalg.cholesky, "inputs": _SPD},
     "eigh": {"fn": _eigh, "inputs": _SPD},
+    # square, tall, wide and batched: the rules have extra terms where m != n
+    "svd": {"fn": _svd, "inputs": _RECT},
+    "qr": {"fn": _qr, "inputs": _RECT},   # wide a: qr of its square left block
+    "pinv": {"fn": np.linalg.pinv, "inputs": _RECT},
 })
 
 

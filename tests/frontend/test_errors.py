@@ -54,22 +54,21 @@ def test_grad_of_non_scalar_output_suggests_vjp():
 
 
 def test_unsupported_numpy_function_is_named():
-    with pytest.raises(adjit.UnsupportedError, match=r"np\.interp.*test_errors.py"):
-        adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 1.0], [1.0, 2.0])),
-                   backend="numpy")(np.ones(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.unique.*test_errors.py"):
+        adjit.grad(lambda x: np.sum(np.unique(x)), backend="numpy")(np.ones(3))
 
 
 def test_unsupported_linalg_function_is_named():
-    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.svd"):
-        adjit.grad(lambda x: np.sum(np.linalg.svd(x)[1]), backend="numpy")(np.eye(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.linalg\.eig .*complex.*eigh"):
+        adjit.grad(lambda x: np.sum(np.linalg.eig(x)[0]), backend="numpy")(np.eye(3))
 
 
-def test_in_place_update_is_refused_clearly():
+def test_assignment_at_a_traced_position_is_refused_clearly():
     def f(x):
-        x[0] = 1.0
+        x[np.argmax(x)] = 1.0
         return np.sum(x)
-    with pytest.raises(adjit.UnsupportedError, match=r"in place.*adjit.where"):
-        adjit.grad(f, backend="numpy")(np.ones(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"traced i.*adjit.where"):
+        adjit.grad(f, backend="numpy")(np.arange(3.0))
 
 
 def test_boolean_mask_index_is_refused_clearly():

@@ -163,7 +163,7 @@ REFUSED = {
     "in-place sort": (lambda w: w.sort() or np.sum(w), r"x\.sort\(\).*np\.sort"),
     "bitwise on integers": (lambda w: np.sum(w * ((w > 0).astype(int) & 1)), r"bitwise &"),
     "unequal split": (lambda w: np.sum(np.split(w, 3)[0]), r"split.*array_split"),
-    "nuclear norm": (lambda w: np.linalg.norm(w.reshape(2, 2), "nuc"), r"norm.*'nuc'"),
+    "matrix 3-norm": (lambda w: np.linalg.norm(w.reshape(2, 2), 3), r"norm.*ord=3"),
     "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="mean")), r"np\.pad.*'mean'"),
     "unsupported keyword": (lambda w: np.sum(np.var(w, mean=0.0)), r"np\.var.*mean="),
 }

@@ -1,0 +1,307 @@
+"""NumPy arrays made inside a traced function that traced values are later written into.
+
+Users preallocate and fill:
+
+    out = np.zeros((T, n))
+    for t in range(T):
+        out[t] = np.tanh(W @ h)
+
+`out` is a NumPy array, and NumPy never asks adjit when a tracer is stored into it. So while a
+trace is active, np.zeros/ones/empty/full, their *_like forms, np.eye and np.identity called
+from user code return a `Buffer` (a float ndarray subclass that owns its memory). A Buffer is
+an ordinary array until a traced value is assigned into it (or into a view of it): then it is
+*promoted*, and from then on its value is a Tracer (`shadow`) that every later use reads:
+operators, NumPy functions and ufuncs, methods and attributes, indexing, adjit's functions and
+the function's results. A view of a Buffer (`out[t]`, `out.T`) reads and writes through to it,
+as in NumPy. The promoted array's own memory is filled with NaN, so that a use NumPy performs
+behind adjit's back (a NumPy view taken with a plain-array function before the assignment, or
+the array used as an index) shows NaN instead of a plausible stale number.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from ..ir.errors import UnsupportedError
+from .tracer import Tracer, _at, current, user_where, _INTERNAL
+
+
+class Buffer(np.ndarray):
+    """A float array created in a traced function; see the module docstring."""
+
+    def __new__(cls, value):
+        value = np.asarray(value)
+        b = np.ndarray.__new__(cls, value.shape, value.dtype)  # owns its memory
+        np.copyto(b.view(np.ndarray), value)
+        return b
+
+    def __array_finalize__(self, obj):
+        np.ndarray.__setattr__(self, "_shadow", None)
+
+    def __reduce__(self):  # pickles as the plain array it stands for
+        return np.asarray(resolve_value(self)).__reduce__()
+
+    # -- reading ---------------------------------------------------------------------------
+    def __getattribute__(self, name):
+        if name[:1] == "_" or name in _PLAIN_ATTRS:
+            return np.ndarray.__getattribute__(self, name)
+        tv = traced_value(self)
+        if tv is None:
+            return np.ndarray.__getattribute__(self, name)
+        return getattr(tv, name)
+
+    def __getitem__(self, key):
+        tv = traced_value(self)
+        if tv is not None:
+            return tv[key]
+        if _holds_traced(key):
+            return _lifted(self)[key]
+        return np.ndarray.__getitem__(self, key)
+
+    def __len__(self):
+        return np.ndarray.__len__(self)
+
+    def __iter__(self):
+        tv = traced_value(self)
+        return iter(tv) if tv is not None else np.ndarray.__iter__(self)
+
+    def __repr__(self):
+        tv = traced_value(self)
+        return repr(tv) if tv is not None else repr(self.view(np.ndarray))
+
+    __str__ = __repr__
+
+    def __bool__(self):
+        tv = traced_value(self)
+        return bool(tv) if tv is not None else np.ndarray.__bool__(self)
+
+    def __float__(self):
+        tv = traced_value(self)
+        return float(tv) if tv is not None else np.ndarray.__float__(self)
+
+    # -- writing ---------------------------------------------------------------------------
+    def __setitem__(self, key, value):
+        owner = _owner(self)
+        if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
+            np.ndarray.__setitem__(self, key, value)
+            return
+        _promote(owner)
+        if owner is self:
+            owner._shadow[key] = resolve(value)
+            return
+        from .functions import index_target
+        owner._shadow.assign_at(*index_target(owner._shadow, key, resolve(value),
+                                              grid=_positions(self, owner)))
+
+    # -- NumPy protocols -------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out")
+        traced = any(_is_traced(x) for x in inputs) or (
+            out is not None and any(_is_traced(o) for o in out))
+        if traced or (out is not None and any(
+                isinstance(o, Buffer) for o in out) and any(_holds_traced(x) for x in inputs)):
+            if out is not None:
+                kwargs = dict(kwargs)
+                del kwargs["out"]
+                (target,) = out
+                r = getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)
+                target[...] = r
+                return target
+            return getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)
+        plain = [x.view(np.ndarray) if isinstance(x, Buffer) else x for x in inputs]
+        if out is not None:
+            kwargs = dict(kwargs, out=tuple(o.view(np.ndarray) if isinstance(o, Buffer) else o
+                                            for o in out))
+            getattr(ufunc, method)(*plain, **kwargs)
+            return out[0] if len(out) == 1 else out
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if _holds_traced((args, kwargs)):
+            if not _holds_promoted((args, kwargs)):
+                return NotImplemented  # a Tracer argument: its own dispatch takes it
+            return func(*_resolve_tree(args), **_resolve_tree(kwargs))
+        return func(*_plain_tree(args), **_plain_tree(kwargs))
+
+
+# attributes that never need the traced value (and that NumPy reads internally)
+_PLAIN_ATTRS = frozenset(("shape", "dtype", "ndim", "size", "itemsize", "nbytes", "base",
+                          "strides", "flags", "view"))
+
+
+def _make_op(name):
+    def op(self, *args):
+        tv = traced_value(self)
+        if tv is None and not _holds_traced(args):
+            return getattr(self.view(np.ndarray), name)(*_plain_tree(args))
+        if tv is None:
+            tv = _lifted(self)
+        return getattr(tv, name)(*[resolve(a) for a in args])
+    op.__name__ = name
+    return op
+
+
+def _make_iop(name, binary):
+    def iop(self, other):
+        if traced_value(self) is None and not _holds_traced(other):
+            getattr(self.view(np.ndarray), name)(_plain_tree(other))
+            return self
+        from .numpy_api import _store
+        current_value = traced_value(self)
+        if current_value is None:
+            current_value = _lifted(self)
+        r = getattr(current_value, binary)(resolve(other))
+        probe = current_value.copy_()
+        _store(probe, r, f"x {name} y")  # NumPy's shape and casting rules for x op= y
+        self[...] = probe
+        return self
+    iop.__name__ = name
+    return iop
+
+
+for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+           "xor", "radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rmatmul",
+           "rand", "ror", "rxor", "lt", "le", "gt", "ge", "eq", "ne", "neg", "pos", "abs",
+           "invert"):
+    setattr(Buffer, f"__{_n}__", _make_op(f"__{_n}__"))
+for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+           "xor"):
+    setattr(Buffer, f"__i{_n}__", _make_iop(f"__i{_n}__", f"__{_n}__"))
+Buffer.__hash__ = None
+
+
+# -- the traced value of a Buffer ----------------------------------------------------------------
+def _owner(b):
+    base = np.ndarray.__getattribute__(b, "base")
+    return base if isinstance(base, Buffer) else b
+
+
+def traced_value(b):
+    """The Tracer a promoted Buffer (or a view of one) stands for, else None."""
+    owner = _owner(b)
+    if owner._shadow is None:
+        return None
+    return owner._shadow if owner is b else _view_value(b, owner)
+
+
+def _is_traced(x):
+    return isinstance(x, Tracer) or (isinstance(x, Buffer) and traced_value(x) is not None)
+
+
+def _holds_traced(obj):
+    if _is_traced(obj):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_traced(v) for v in obj)
+    if isinstance(obj, dict):
+        return any(_holds_traced(v) for v in obj.values())
+    if isinstance(obj, slice):
+        return any(_holds_traced(v) for v in (obj.start, obj.stop, obj.step))
+    return False
+
+
+def _holds_promoted(obj):
+    if isinstance(obj, Buffer):
+        return traced_value(obj) is not None
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_promoted(v) for v in obj)
+    if isinstance(obj, dict):
+        return any(_holds_promoted(v) for v in obj.values())
+    return False
+
+
+def resolve(x):
+    """x, or the Tracer standing for it when x is a promoted Buffer."""
+    if isinstance(x, Buffer):
+        tv = traced_value(x)
+        return tv if tv is not None else x.view(np.ndarray)
+    return x
+
+
+def resolve_value(x):
+    return resolve(x)
+
+
+def _resolve_tree(obj):
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_resolve_tree(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _resolve_tree(v) for k, v in obj.items()}
+    return resolve(obj)
+
+
+def _plain_tree(obj):
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_plain_tree(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _plain_tree(v) for k, v in obj.items()}
+    return obj.view(np.ndarray) if isinstance(obj, Buffer) else obj
+
+
+def _lifted(b):
+    """b's current (plain) value as a constant of the active trace."""
+    from .functions import lift
+    plain = np.array(b.view(np.ndarray))
+    return lift(plain, plain.dtype, current())
+
+
+def _promote(owner):
+    if owner._shadow is not None:
+        return
+    ctx = current()
+    if ctx is None:
+        raise UnsupportedError(f"a traced value was stored into an array after its trace ended"
+                               f"{_at(user_where())}")
+    shadow = _lifted(owner).copy_()
+    np.ndarray.__setattr__(owner, "_shadow", shadow)
+    owner.view(np.ndarray)[...] = np.nan  # any read behind adjit's back shows NaN
+
+
+def _positions(view, owner):
+    """The flat positions in `owner` of each element of the NumPy view `view`."""
+    item = owner.itemsize
+    if view.itemsize != item:
+        raise UnsupportedError(f"a view with another dtype (.view(...)) of an array holding "
+                               f"traced values{_at(user_where())}")
+    offset = (view.__array_interface__["data"][0] - owner.__array_interface__["data"][0])
+    pos = np.arange(owner.size, dtype=np.intp)
+    return np.lib.stride_tricks.as_strided(
+        pos[offset // item:], shape=view.shape,
+        strides=tuple(s // item * pos.itemsize for s in view.strides)).copy()
+
+
+def _view_value(view, owner):
+    """The current value of a view of a promoted Buffer, read from its shadow."""
+    from .functions import gather, reshape
+    pos = _positions(view, owner)
+    flat = reshape(owner._shadow, (-1,))
+    return reshape(gather(flat, [pos.reshape(-1)], (("a", 0),)), view.shape).copy_()
+
+
+# -- the constructors that make Buffers while a trace is active ---------------------------------
+_MAKERS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+           "full_like", "eye", "identity")
+
+
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
+
+
+def _from_user(depth=2):
+    fn = sys._getframe(depth).f_code.co_filename
+    return not fn.startswith(_INTERNAL) and not fn.startswith(_NUMPY_DIR)
+
+
+def making_buffers(orig):
+    """Wrap a NumPy constructor: a float result asked for by user code becomes a Buffer."""
+    def maker(*args, **kwargs):
+        r = orig(*args, **kwargs)
+        if (type(r) is np.ndarray and r.dtype.kind == "f" and current() is not None
+                and _from_user()):
+            return Buffer(r)
+        return r
+    maker.__name__ = orig.__name__
+    maker.__doc__ = orig.__doc__
+    maker.__wrapped__ = orig
+    return maker

@@ -1,0 +1,385 @@
+"""Elementwise and selection functions built from the elementary ones: the modulo family
+(remainder, fmod, floor_divide, divmod), sinc, nan_to_num, isclose, select, piecewise, interp,
+meshgrid and np.linalg.multi_dot.
+
+Each takes Tracers, NumPy arrays or Python scalars and returns what NumPy would, with NumPy's
+dtypes and sign conventions; the result is ordinary IR, so gradients come from the parts.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir.errors import ShapeError, UnsupportedError
+from . import composites as C
+from . import functions as F
+from .tracer import Tracer, _at, user_where
+
+_shape_of, _dtype_of = F._shape_of, F._dtype_of
+
+
+# -- the modulo family ---------------------------------------------------------------------------
+def _division(x, y, trunc):
+    """(quotient, remainder) of x / y rounded to floor (or towards zero with trunc)."""
+    dt = F.result_dtype(x, y)
+    if dt.kind in "biu":
+        return _int_division(x, y, np.dtype(np.int8) if dt.kind == "b" else dt, trunc)
+    d = F.div(x, y)
+    q = F.where(F.lt(d, 0), F.ceil(d), F.floor(d)) if trunc else F.floor(d)
+    # q == 0 keeps x exactly (and avoids 0 * inf when y is infinite)
+    r = F.where(F.eq(q, 0), x, F.sub(x, F.mul(y, q)))
+    # x / y can round up to a whole number: the remainder then has the wrong sign, one y off
+    ref = x if trunc else y
+    bad = C.logical_and(F.ne(r, 0), F.ne(F.lt(r, 0), F.lt(ref, 0)))
+    step = F.where(F.lt(x, 0), F.neg(F.abs(y)), F.abs(y)) if trunc else y
+    r = F.where(bad, F.add(r, step), r)
+    q = F.where(bad, F.sub(q, F.where(F.eq(F.lt(x, 0), F.lt(y, 0)), 1, -1) if trunc else 1), q)
+    # a zero remainder takes the sign of the dividend (fmod) or of the divisor (remainder)
+    zero = F.zeros_like(r)
+    signed = F.mul(zero, x) if trunc else F.where(F.lt(y, 0), F.neg(zero), zero)
+    return F.cast(q, dt), F.cast(F.where(F.eq(r, 0), signed, r), dt)
+
+
+def _int_division(x, y, dt, trunc):
+    """Integer division through float64 (exact below 2**53); a zero divisor gives 0, 0."""
+    xf, yf = F.cast(x, np.float64), F.cast(y, np.float64)
+    ok = F.ne(yf, 0)
+    d = F.div(xf, F.where(ok, yf, 1.0))
+    q = F.where(F.lt(d, 0), F.ceil(d), F.floor(d)) if trunc else F.floor(d)
+    q = F.cast(q, dt)
+    r = F.sub(F.cast(x, dt), F.mul(F.cast(y, dt), q))
+    return F.where(ok, q, F.zeros_like(q)), F.where(ok, r, F.zeros_like(r))
+
+
+def remainder(x, y):
+    """x - floor(x / y) y, with the sign of y, as np.remainder (np.mod, `%`); its derivative
+    is 1 in x and -floor(x / y) in y.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: x % 1.5, backend="numpy")(np.array([-1.0, 2.0, 3.0]))
+    array([0.5, 0.5, 0. ])
+    """
+    return _division(x, y, trunc=False)[1]
+
+
+def fmod(x, y):
+    """x - trunc(x / y) y, with the sign of x, as np.fmod (C's fmod).
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: np.fmod(x, 1.5), backend="numpy")(np.array([-1.0, 2.0]))
+    array([-1. ,  0.5])
+    """
+    return _division(x, y, trunc=True)[1]
+
+
+def floor_divide(x, y):
+    """floor(x / y), as np.floor_divide (`//`); piecewise constant, so its derivative is 0.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: x // 1.5, backend="numpy")(np.array([-1.0, 2.0, 3.0]))
+    array([-1.,  1.,  2.])
+    """
+    return _division(x, y, trunc=False)[0]
+
+
+def divmod_(x, y):
+    """(x // y, x % y), as np.divmod and divmod().
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: divmod(x, 1.5), backend="numpy")(np.array([-1.0, 2.0]))
+    (array([-1.,  1.]), array([0.5, 0.5]))
+    """
+    return _division(x, y, trunc=False)
+
+
+# -- elementwise functions ---------------------------------------------------------------------
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at x = 0, as np.sinc. The 0 / 0 is guarded by evaluating at a
+    safe argument there; at 0 a Taylor polynomial takes over, so the gradient there is 0 (not
+    NaN) and higher derivatives (hessian) are right up to the fourth.
+
+    >>> import numpy as np, adjit
+    >>> adjit.grad(lambda x: np.sum(np.sinc(x)), backend="numpy")(np.array([0.0, 0.5]))
+    array([ 0.        , -1.27323954])
+    """
+    nz = F.ne(x, 0)
+    y = F.mul(F.where(nz, x, 1.0), math.pi)
+    t = F.where(nz, 0.0, x)     # 0 everywhere, but its derivative in x is 1 where x == 0
+    z = F.mul(F.mul(t, t), math.pi ** 2)
+    taylor = F.add(F.sub(1.0, F.div(z, 6.0)), F.div(F.mul(z, z), 120.0))
+    return F.where(nz, F.div(F.sin(y), y), taylor)
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by nan, posinf and neginf (the largest finite values by
+    default), as np.nan_to_num; the gradient passes where x is finite.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(np.nan_to_num, backend="numpy")(np.array([np.nan, 1.0, -np.inf]))
+    array([ 0.00000000e+000,  1.00000000e+000, -1.79769313e+308])
+    """
+    dt = _dtype_of(x)
+    if dt.kind == "c":
+        raise UnsupportedError(f"np.nan_to_num of complex arrays{_at(user_where())}")
+    if dt.kind != "f":
+        return x
+    info = np.finfo(dt)
+    with np.errstate(over="ignore"):
+        fill = [np.asarray(info.max if posinf is None else posinf).astype(dt),
+                np.asarray(info.min if neginf is None else neginf).astype(dt),
+                np.asarray(nan).astype(dt)]
+    r = F.where(F.eq(x, math.inf), fill[0], x)
+    r = F.where(F.eq(x, -math.inf), fill[1], r)
+    return F.where(C.isnan(x), fill[2], r)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b| (or a == b), as np.isclose: a boolean array, no gradient.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: np.isclose(x, 1.0), backend="numpy")(np.array([1.0, 1.1]))
+    array([ True, False])
+    """
+    y = b
+    if type(b) is int:
+        y = float(b)
+    elif type(b) not in (float, complex) and _dtype_of(b).kind != "m":
+        y = F.cast(b, np.result_type(_dtype_of(b), 1.0))
+
+    def py(v):
+        return type(v) in (int, float, complex)
+    # Python numbers stay Python numbers, so they stay weak in the comparison, as in NumPy
+    ay = abs(y) if py(y) else F.abs(y)
+    scaled = rtol * ay if py(rtol) and py(ay) else F.mul(rtol, ay)
+    tol = atol + scaled if py(atol) and py(scaled) else F.add(atol, scaled)
+    near = F.le(F.abs(F.sub(a, y)), tol)
+    r = C.logical_or(C.logical_and(near, C.isfinite(y)), F.eq(a, y))
+    return C.logical_or(r, C.logical_and(C.isnan(a), C.isnan(y))) if equal_nan else r
+
+
+def refuse_python_bool(name):
+    """np.allclose & co. answer with a Python bool, which a trace cannot give."""
+    def refuse(*args, **kwargs):
+        raise UnsupportedError(
+            f"np.{name} returns a Python bool, which needs concrete values, but it was called "
+            f"on traced arrays{_at(user_where())}; pass that argument in static_argnums, "
+            f"compute it outside the traced function, or keep a traced boolean array "
+            f"(np.all(np.isclose(a, b)), np.all(a == b)) and use it with np.where")
+    return refuse
+
+
+# -- choosing between values -------------------------------------------------------------------
+def _cond(c, what, i):
+    c = c if isinstance(c, Tracer) else np.asarray(c)
+    if _dtype_of(c) != np.bool_:
+        raise ShapeError(f"np.{what}: condition {i} should be a boolean array, got "
+                         f"{_dtype_of(c)}{_at(user_where())}")
+    return c
+
+
+def select(condlist, choicelist, default=0):
+    """The first choice whose condition holds, else default, as np.select.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: np.select([x < 0, x > 1], [-x, x ** 2], 0.5),
+    ...               backend="numpy")(np.array([-2.0, 0.5, 3.0]))
+    array([2. , 0.5, 9. ])
+    """
+    if len(condlist) != len(choicelist) or not len(condlist):
+        raise ShapeError(f"np.select: the lists of conditions and of choices must have the same "
+                         f"length, and not be empty{_at(user_where())}")
+    conds = [_cond(c, "select", i) for i, c in enumerate(condlist)]
+    choices = [c if type(c) in (int, float, complex) or isinstance(c, Tracer) else np.asarray(c)
+               for c in list(choicelist) + [default]]
+    dt = F.result_dtype(*choices)
+    choices = [F.cast(c, dt) for c in choices]
+    shape = F._broadcast_shape("select", [_shape_of(v) for v in conds + choices])
+    out = choices[-1]
+    for cond, choice in zip(conds[::-1], choices[-2::-1]):
+        out = F.where(cond, choice, out)
+    return F.broadcast_to(out, shape)
+
+
+def piecewise(x, condlist, funclist, *args, **kw):
+    """funclist[i](x) (or the constant funclist[i]) where condlist[i] holds, later pieces
+    winning, 0 elsewhere, as np.piecewise. Caveat, as in JAX: every function runs on all of
+    x, and the pieces are chosen with np.where; where a function is undefined (log of a
+    negative, 1 / 0) outside its piece, guard its argument, or NaN reaches the gradient.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda x: np.piecewise(x, [x < 0, x >= 0], [lambda v: -v, lambda v: v ** 2]),
+    ...               backend="numpy")(np.array([-2.0, 3.0]))
+    array([2., 9.])
+    """
+    nd = len(_shape_of(x))
+    # NumPy's rule: one condition unless condlist's first entry is itself an array or a list
+    if isinstance(condlist, (list, tuple)):
+        several = isinstance(condlist[0], (list, np.ndarray, Tracer)) or nd == 0
+        conds = list(condlist) if several else [condlist]
+    elif np.isscalar(condlist) or not len(_shape_of(condlist)):
+        conds = [condlist]
+    else:
+        conds = [condlist] if condlist.ndim < 2 and nd else \
+            [condlist[i] for i in range(len(condlist))]
+    conds = [c if isinstance(c, Tracer) and c.dtype == np.bool_ else
+             F.ne(c, 0) if isinstance(c, Tracer) else np.asarray(c, dtype=bool) for c in conds]
+    n, n2 = len(conds), len(funclist)
+    if n == n2 - 1:
+        other = conds[0]
+        for c in conds[1:]:
+            other = C.logical_or(other, c)
+        conds.append(C.logical_not(other))
+    elif n != n2:
+        raise ShapeError(f"np.piecewise: with {n} condition(s), either {n} or {n + 1} "
+                         f"functions are expected, got {n2}{_at(user_where())}")
+    dt = _dtype_of(x)
+    out = F.zeros_like(x)
+    for cond, func in zip(conds, funclist):
+        value = func(x, *args, **kw) if isinstance(func, Callable) else func
+        out = F.where(cond, F.cast(value, dt), out)
+    return F.broadcast_to(out, _shape_of(x))
+
+
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """Piecewise-linear interpolation of the points (xp, fp) at x, as np.interp. xp must be a
+    constant increasing NumPy array; x, fp, left and right may be traced (the derivative in x
+    is the slope of the piece). Each x is compared with every xp: memory grows as x.size *
+    xp.size.
+
+    >>> import numpy as np, adjit
+    >>> adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 1.0, 3.0], [0.0, 2.0, 3.0])),
+    ...            backend="numpy")(np.array([0.5, 2.0]))
+    array([2. , 0.5])
+    """
+    where = _at(user_where())
+    if isinstance(xp, Tracer):
+        raise UnsupportedError(f"np.interp with traced xp{where}; the sample points xp must "
+                               "be a constant NumPy array (x, fp, left and right may be traced)")
+    if period is not None:
+        raise UnsupportedError(f"np.interp(..., period=...){where}; map x into one period "
+                               "with np.mod first")
+    if _dtype_of(fp).kind == "c":
+        raise UnsupportedError(f"np.interp with complex fp{where}")
+    xp = np.asarray(xp, dtype=np.float64)
+    fshape = tuple(_shape_of(fp))
+    if xp.ndim != 1 or fshape != xp.shape or xp.size == 0:
+        raise ShapeError(f"np.interp: xp {xp.shape} and fp {fshape} must be 1-d and of the "
+                         f"same, non-zero length{where}")
+    if np.any(np.diff(xp) < 0):
+        raise UnsupportedError(f"np.interp with xp not increasing{where}; NumPy does not check "
+                               "and answers nonsense: sort xp (and fp with it) first")
+    x, fp = F.cast(x, np.float64), F.cast(fp, np.float64)
+    n, last = xp.size, F.getitem(fp, -1)
+    if n == 1:
+        res = F.broadcast_to(last, _shape_of(x))
+    else:
+        if n == 2:
+            j = np.zeros(_shape_of(x), np.intp)
+        else:   # xp[j] <= x < xp[j + 1], by counting the inner knots at or below x
+            j = F.sum(F.le(xp[1:-1], F.expand_dims(x, -1)), axis=-1)
+        fj, fj1 = F.getitem(fp, j), F.getitem(fp, F.add(j, 1))
+        xj = F.getitem(xp, j)
+        slope = F.div(F.sub(fj1, fj), F.getitem(np.diff(xp), j))
+        res = F.add(F.mul(slope, F.sub(x, xj)), fj)
+        if np.any(np.diff(xp) == 0):   # an infinite slope: NumPy tries the other end
+            res = F.where(C.isnan(res), F.add(F.mul(slope, F.sub(x, F.getitem(xp, F.add(j, 1)))),
+                                              fj1), res)
+            res = F.where(C.logical_and(C.isnan(res), F.eq(fj, fj1)), fj, res)
+        res = F.where(F.eq(x, xj), fj, res)
+        res = F.where(F.eq(x, xp[-1]), last, res)
+    lo = F.getitem(fp, 0) if left is None else left
+    hi = last if right is None else right
+    return F.cast(F.where(F.lt(x, xp[0]), lo, F.where(F.gt(x, xp[-1]), hi, res)), np.float64)
+
+
+# -- grids and products ------------------------------------------------------------------------
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """Coordinate arrays from coordinate vectors, as np.meshgrid (a tuple).
+
+    >>> import numpy as np, adjit
+    >>> [a.shape for a in adjit.compile(lambda x, y: np.meshgrid(x, y),
+    ...                                 backend="numpy")(np.ones(2), np.ones(3))]
+    [(3, 2), (3, 2)]
+    """
+    if indexing not in ("xy", "ij"):
+        raise ShapeError(f"np.meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}"
+                         f"{_at(user_where())}")
+    ndim = len(xi)
+    s0 = (1,) * ndim
+    out = [F.reshape(x, s0[:i] + (-1,) + s0[i + 1:]) for i, x in enumerate(xi)]
+    if indexing == "xy" and ndim > 1:
+        out[0] = F.reshape(out[0], (1, -1) + s0[2:])
+        out[1] = F.reshape(out[1], (-1, 1) + s0[2:])
+    if not sparse:
+        shape = F._broadcast_shape("meshgrid", [_shape_of(o) for o in out])
+        out = [F.broadcast_to(o, shape) for o in out]
+    return tuple(out)
+
+
+def multi_dot(arrays, *, out=None):
+    """A chain of matrix products in the cheapest order, as np.linalg.multi_dot (the first
+    and last arrays may be vectors).
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda a: np.linalg.multi_dot([a, a, a]), backend="numpy")(np.eye(2) * 2)
+    array([[8., 0.],
+           [0., 8.]])
+    """
+    if out is not None:
+        raise UnsupportedError(f"np.linalg.multi_dot(..., out=...){_at(user_where())}; "
+                               "assign the result")
+    arrays = list(arrays)
+    n = len(arrays)
+    if n < 2:
+        raise ShapeError(f"np.linalg.multi_dot needs at least two arrays{_at(user_where())}")
+    if n == 2:
+        return F.dot(arrays[0], arrays[1])
+    nd_first, nd_last = len(_shape_of(arrays[0])), len(_shape_of(arrays[-1]))
+    if nd_first == 1:
+        arrays[0] = F.reshape(arrays[0], (1, -1))
+    if nd_last == 1:
+        arrays[-1] = F.reshape(arrays[-1], (-1, 1))
+    if any(len(_shape_of(a)) != 2 for a in arrays):
+        raise ShapeError(f"np.linalg.multi_dot of shapes {[tuple(_shape_of(a)) for a in arrays]}"
+                         f"{_at(user_where())}; the arrays must be 2-d (the first and last may "
+                         "be 1-d)")
+    dims = [_shape_of(a)[0] for a in arrays] + [_shape_of(arrays[-1])[1]]
+    if n == 3:   # NumPy compares the two orders directly
+        a0, a1b0, b1c0, c1 = dims
+        split = np.zeros((3, 3), np.intp)   # split[i, j]: the last array of the left part
+        if a0 * b1c0 * (a1b0 + c1) < a1b0 * c1 * (a0 + b1c0):
+            split[0, 2] = 1                   # (A B) C
+        else:
+            split[1, 2] = 1                   # A (B C)
+    else:
+        split = _chain_order(dims)
+    result = _multiply_chain(arrays, split, 0, n - 1)
+    if nd_first == 1 and nd_last == 1:
+        return F.getitem(result, (0, 0))
+    return F.ravel(result) if nd_first == 1 or nd_last == 1 else result
+
+
+def _chain_order(p):
+    """NumPy's dynamic program for the cheapest parenthesisation (the same ties)."""
+    n = len(p) - 1
+    cost = np.zeros((n, n))
+    split = np.empty((n, n), dtype=np.intp)
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i, j] = np.inf
+            for k in range(i, j):
+                c = cost[i, k] + cost[k + 1, j] + p[i] * p[k + 1] * p[j + 1]
+                if c < cost[i, j]:
+                    cost[i, j], split[i, j] = c, k
+    return split
+
+
+def _multiply_chain(arrays, split, i, j):
+    if i == j:
+        return arrays[i]
+    k = int(split[i, j])
+    return F.matmul(_multiply_chain(arrays, split, i, k),
+                    _multiply_chain(arrays, split, k + 1, j))

@@ -1,0 +1,279 @@
+"""Statistics built from the elementary functions: np.cov, np.corrcoef, np.quantile and
+np.percentile (sort, then a constant-index gather and a linear interpolation), and the
+NaN-aware variance, standard deviation and arg-extremes.
+
+Each follows NumPy's own formula step by step, so values agree to rounding and dtypes agree
+exactly; constants that shape the result (q, weights, ddof) must be NumPy values.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..ir.errors import ShapeError, UnsupportedError
+from . import composites as C
+from . import functions as F
+from .tracer import Tracer, _at, user_where
+
+_shape_of, _dtype_of = F._shape_of, F._dtype_of
+
+
+def _ndim(x):
+    return len(_shape_of(x))
+
+
+def _ndmin2(x):
+    s = tuple(_shape_of(x))
+    return F.reshape(x, (1,) * (2 - len(s)) + s) if len(s) < 2 else x
+
+
+def _cov_weights(w, what, nobs):
+    """NumPy's checks of constant fweights / aweights, as float64."""
+    if isinstance(w, Tracer):
+        raise UnsupportedError(f"np.cov(..., {what}=...) with traced weights{_at(user_where())};"
+                               f" the weights must be constant NumPy arrays")
+    w = np.asarray(w, dtype=float)
+    if what == "fweights" and not np.all(w == np.around(w)):
+        raise ShapeError(f"np.cov: fweights must be integer{_at(user_where())}")
+    if w.ndim != 1 or w.shape[0] != nobs:
+        raise ShapeError(f"np.cov: {what} of shape {w.shape} do not fit {nobs} observations"
+                         f"{_at(user_where())}")
+    if np.any(w < 0):
+        raise ShapeError(f"np.cov: {what} cannot be negative{_at(user_where())}")
+    return w
+
+
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+    """Covariance matrix of the rows (or, with rowvar=False, the columns) of m, as np.cov.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(lambda m: np.cov(m), backend="numpy")(np.array([[0., 1., 2.], [2., 1., 0.]]))
+    array([[ 1., -1.],
+           [-1.,  1.]])
+    """
+    if ddof is not None and ddof != int(ddof):
+        raise ShapeError(f"np.cov: ddof must be an integer{_at(user_where())}")
+    for v in (m, y):
+        if v is not None and _ndim(v) > 2:
+            raise ShapeError(f"np.cov of an array with more than 2 dimensions"
+                             f"{_at(user_where())}")
+    if dtype is None:
+        dtype = np.result_type(*[_dtype_of(v) for v in (m, y) if v is not None], np.float64)
+    X = _ndmin2(F.cast(m, dtype))
+    if not rowvar and _ndim(m) != 1:
+        X = F.transpose(X)
+    if _shape_of(X)[0] == 0:
+        return np.array([]).reshape(0, 0)
+    if y is not None:
+        Y = _ndmin2(F.cast(y, dtype))
+        if not rowvar and _shape_of(Y)[0] != 1:
+            Y = F.transpose(Y)
+        X = F.concatenate([X, Y], axis=0)
+    if ddof is None:
+        ddof = 0 if bias else 1
+    nobs = _shape_of(X)[1]
+    w = None
+    if fweights is not None:
+        w = _cov_weights(fweights, "fweights", nobs)
+    if aweights is not None:
+        aweights = _cov_weights(aweights, "aweights", nobs)
+        w = aweights if w is None else w * aweights
+    if w is None:
+        avg, fact = F.mean(X, axis=1), nobs - ddof
+    else:
+        w_sum = w.sum(dtype=np.result_type(dtype, w.dtype))
+        avg = F.div(F.sum(F.mul(X, w), axis=1), w_sum)
+        if ddof == 0:
+            fact = w_sum
+        elif aweights is None:
+            fact = w_sum - ddof
+        else:
+            fact = w_sum - ddof * np.sum(w * aweights) / w_sum
+    if fact <= 0:
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
+        fact = 0.0
+    with np.errstate(divide="ignore"):
+        scale = float(np.true_divide(1, fact))
+    Xc = F.cast(F.sub(X, F.reshape(avg, (-1, 1))), _dtype_of(X))   # in place in NumPy
+    Xt = F.transpose(Xc if w is None else F.mul(Xc, w))
+    return F.squeeze(F.mul(F.matmul(Xc, Xt), scale))
+
+
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+    """Pearson correlation coefficients, cov / (std std^T) clipped to [-1, 1], as np.corrcoef.
+
+    >>> import numpy as np, adjit
+    >>> m = np.array([[0., 1., 2.], [0., 2., 5.]])
+    >>> adjit.compile(lambda m: np.corrcoef(m), backend="numpy")(m).round(4)
+    array([[1.    , 0.9934],
+           [0.9934, 1.    ]])
+    """
+    c = cov(x, y, rowvar, dtype=dtype)
+    if _ndim(c) == 0:
+        return F.div(c, c)
+    s = F.sqrt(F.diagonal(c))
+    c = F.div(F.div(c, F.reshape(s, (-1, 1))), F.reshape(s, (1, -1)))
+    return F.minimum(F.maximum(c, -1), 1)
+
+
+# -- quantiles -----------------------------------------------------------------------------------
+def _hyndman_fan(alpha, beta):
+    return lambda n, q: n * q + (alpha + q * (1 - alpha - beta)) - 1
+
+
+# method -> (virtual index of quantiles q in n sorted values, gamma from (gamma, index) or None
+# where the index is an integer): NumPy's table for the methods that are not discrete steps
+_METHODS = {
+    "linear": (lambda n, q: (n - 1) * q, lambda g, i: g),
+    "lower": (lambda n, q: np.floor((n - 1) * q).astype(np.intp), None),
+    "higher": (lambda n, q: np.ceil((n - 1) * q).astype(np.intp), None),
+    "nearest": (lambda n, q: np.around((n - 1) * q).astype(np.intp), None),
+    "midpoint": (lambda n, q: 0.5 * (np.floor((n - 1) * q) + np.ceil((n - 1) * q)),
+                 lambda g, i: np.where(i % 1 == 0, 0.0, 0.5)),
+    "interpolated_inverted_cdf": (_hyndman_fan(0, 1), lambda g, i: g),
+    "hazen": (_hyndman_fan(0.5, 0.5), lambda g, i: g),
+    "weibull": (_hyndman_fan(0, 0), lambda g, i: g),
+    "median_unbiased": (_hyndman_fan(1 / 3.0, 1 / 3.0), lambda g, i: g),
+    "normal_unbiased": (_hyndman_fan(3 / 8.0, 3 / 8.0), lambda g, i: g),
+}
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+             keepdims=False, *, weights=None, interpolation=None, _name="quantile", _scale=1):
+    """q-th quantiles along axis: sort, gather the neighbours of each virtual index and
+    interpolate linearly between them, as np.quantile. q must be a constant.
+
+    >>> import numpy as np, adjit
+    >>> adjit.grad(lambda a: np.quantile(a, 0.25), backend="numpy")(np.array([4., 1., 3., 2.]))
+    array([0.  , 0.25, 0.  , 0.75])
+    """
+    where = _at(user_where())
+    if out is not None or weights is not None or interpolation is not None:
+        raise UnsupportedError(f"np.{_name} with out=, weights= or interpolation={where}; "
+                               "use method=")
+    if isinstance(q, Tracer):
+        raise UnsupportedError(f"np.{_name} with a traced q{where}; q must be a constant "
+                               "(a number, list or NumPy array)")
+    if method not in _METHODS:
+        raise UnsupportedError(f"np.{_name} with method={method!r}{where}; supported: "
+                               f"{', '.join(_METHODS)} (the default is 'linear')")
+    weak_q = type(q) in (int, float)   # a Python number keeps the array's float dtype
+    qa = np.true_divide(q, _scale) if _scale != 1 else np.asanyarray(q)
+    if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
+        raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
+                         f"[0, {_scale}]{where}")
+    shape = tuple(_shape_of(a))
+    nd = len(shape)
+    axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
+    # the reduced axes, merged, become axis 0, as in NumPy's implementation
+    keep = [i for i in range(nd) if i not in axes]
+    arr = F.reshape(F.transpose(a, list(axes) + keep), (-1,) + tuple(shape[i] for i in keep))
+    n = _shape_of(arr)[0]
+    vfun, fix_gamma = _METHODS[method]
+    virtual = np.asanyarray(vfun(n, qa))
+    srt = C.sort(arr, 0)
+    if virtual.dtype.kind in "iu":
+        vals = F.getitem(srt, int(virtual) if virtual.ndim == 0 else virtual)
+    else:
+        vals = _interpolate(srt, virtual, n, fix_gamma, weak_q)
+    if _dtype_of(arr).kind == "f":   # NaNs sort last; NumPy's answer for such a slice is NaN
+        vals = F.where(C.isnan(F.getitem(srt, -1)), math.nan, vals)
+    if keepdims:
+        vals = F.reshape(vals, qa.shape + tuple(1 if i in axes else d
+                                                for i, d in enumerate(shape)))
+    return vals
+
+
+def _interpolate(srt, virtual, n, fix_gamma, weak_q):
+    """NumPy's _get_indexes + _lerp: neighbours of each virtual index, weighted by gamma."""
+    prev = np.floor(virtual)
+    gamma = np.asanyarray(fix_gamma(np.asanyarray(virtual - prev), virtual),
+                          dtype=virtual.dtype)
+    prev = prev.astype(np.intp)
+    nxt = prev + 1
+    above, below = virtual >= n - 1, virtual < 0
+    prev, nxt = np.where(above, n - 1, np.where(below, 0, prev)), \
+        np.where(above, n - 1, np.where(below, 0, nxt))
+    pick = (lambda i: F.getitem(srt, int(i))) if virtual.ndim == 0 else \
+        (lambda i: F.getitem(srt, i))
+    lo, hi = pick(prev), pick(nxt)
+    extra = (1,) * (len(_shape_of(srt)) - 1)
+    t = float(gamma) if weak_q else gamma.reshape(gamma.shape + extra)
+    d = F.sub(hi, lo)
+    # two forms of the same line: each exact at its end, as in NumPy's _lerp
+    up, down = F.add(lo, F.mul(d, t)), F.sub(hi, F.mul(d, np.subtract(1, t)))
+    upper = np.asarray(t) >= 0.5
+    if upper.all() or not upper.any():
+        return up if not upper.any() else F.cast(down, _dtype_of(up))
+    return F.where(upper, F.cast(down, _dtype_of(up)), up)
+
+
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+               keepdims=False, *, weights=None, interpolation=None):
+    """q-th percentiles (q in [0, 100]) along axis, as np.percentile: np.quantile of q / 100.
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.compile(lambda a: np.percentile(a, 50), backend="numpy")(np.arange(5.)))
+    2.0
+    """
+    return quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                    interpolation=interpolation, _name="percentile", _scale=100)
+
+
+def refuse_nan_quantile(name, instead):
+    def refuse(*args, **kwargs):
+        raise UnsupportedError(f"np.{name} is not supported by adjit{_at(user_where())}; "
+                               f"use np.{instead} on data without NaNs (np.where can replace "
+                               "them)")
+    return refuse
+
+
+# -- NaN-aware moments and arg-extremes -------------------------------------------------------
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+           mean=None, correction=None):
+    """Variance of the non-NaN values, as np.nanvar (NaN where a slice has no values).
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.compile(np.nanvar, backend="numpy")(np.array([1., np.nan, 3.])))
+    1.0
+    """
+    if out is not None or where is not None or mean is not None:
+        raise UnsupportedError(f"np.nanvar with out=, where= or mean={_at(user_where())}")
+    if correction is not None:
+        ddof = correction
+    if dtype is not None:
+        a = F.cast(a, dtype)
+    elif _dtype_of(a).kind not in "fc":
+        a = F.cast(a, np.float64)
+    ok = C.logical_not(C.isnan(a))
+    cnt = F.sum(ok, axis, keepdims=True)
+    avg = F.div(C.nansum(a, axis, keepdims=True), F.cast(cnt, _dtype_of(a)))
+    d = F.where(ok, F.sub(a, avg), F.zeros_like(a))
+    sq = F.sum(F.mul(d, d), axis, keepdims)
+    dof = F.sub(F.cast(F.sum(ok, axis, keepdims), _dtype_of(a)), ddof)
+    return F.div(sq, F.where(F.gt(dof, 0), dof, math.nan))
+
+
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+           mean=None, correction=None):
+    """sqrt(np.nanvar(...)), as np.nanstd."""
+    return F.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
+                         correction=correction))
+
+
+def nanargmax(a, axis=None, out=None, *, keepdims=False, _neg=False):
+    """Index of the largest non-NaN value, as np.nanargmax (an all-NaN slice, which NumPy
+    refuses, gives 0 here: the check would need concrete values)."""
+    if out is not None or keepdims:
+        raise UnsupportedError(f"np.nanargmax with out= or keepdims={_at(user_where())}")
+    x = F.neg(a) if _neg else a
+    fill = -math.inf if _dtype_of(x).kind == "f" else 0
+    return F.argmax(F.where(C.isnan(x), fill, x), axis)
+
+
+def nanargmin(a, axis=None, out=None, *, keepdims=False):
+    """Index of the smallest non-NaN value, as np.nanargmin."""
+    return nanargmax(a, axis, out, keepdims=keepdims, _neg=True)
