@@ -296,6 +296,8 @@ def _from_user(depth=2):
 def making_buffers(orig):
     """Wrap a NumPy constructor: a float result asked for by user code becomes a Buffer."""
     def maker(*args, **kwargs):
+        if orig.__name__ in ("full", "full_like") and len(args) > 1 and _holds_traced(args[1]):
+            return _traced_full(orig.__name__, *args, **kwargs)
         r = orig(*args, **kwargs)
         if (type(r) is np.ndarray and r.dtype.kind == "f" and current() is not None
                 and _from_user()):
@@ -305,3 +307,19 @@ def making_buffers(orig):
     maker.__doc__ = orig.__doc__
     maker.__wrapped__ = orig
     return maker
+
+
+def _traced_full(name, first, fill_value, dtype=None, *args, **kwargs):
+    """np.full(shape, v) / np.full_like(a, v) with a traced v: v broadcast, as a new array."""
+    from . import functions as F
+    from .numpy_api import _from_nested
+    v = resolve(fill_value)
+    if isinstance(v, (list, tuple)):
+        v = _from_nested(v, np.asarray)
+    if name == "full":
+        shape = tuple(first) if isinstance(first, (tuple, list)) else (int(first),)
+        dtype = dtype if dtype is not None else v.dtype
+    else:
+        shape = F._shape_of(first)
+        dtype = dtype if dtype is not None else F._dtype_of(first)
+    return F.broadcast_to(F.cast(v, dtype), shape).copy_()

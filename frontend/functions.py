@@ -648,6 +648,10 @@ def diag(x, k=0):
         return diagonal(x, k)
     if len(shape) == 1 and k == 0:
         return mul(reshape(x, (-1, 1)), np.eye(shape[0], dtype=_dtype_of(x)))
+    if len(shape) == 1:
+        n, i = shape[0] + builtins.abs(k), np.arange(shape[0])
+        return scatter_add(x, [i + builtins.max(0, -k), i + builtins.max(0, k)],
+                           (("a", 0), ("a", 1)), (n, n))
     raise UnsupportedError(f"np.diag with k={k} on a {len(shape)}-d array{_at(user_where())}")
 
 

@@ -153,12 +153,17 @@ def _argmax(a, axis=None, out=None, *, keepdims=False, neg=False):
 
 
 def _reshape(a, *shape, order="C", **kw):
-    if order != "C":
-        raise UnsupportedError(f"reshape with order={order!r}{_at(user_where())}")
     shape = kw.get("shape", kw.get("newshape", shape))
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return F.reshape(a, tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if order in ("F", "A") and F._shape_of(a) and F._shape_of(a) != shape:
+        # Fortran order: the C-order reshape of the reversed axes, reversed back
+        r = F.reshape(F.transpose(a), tuple(reversed(shape)))
+        return F.transpose(r) if len(shape) > 1 else r
+    if order not in ("C", "F", "A", "K"):
+        raise UnsupportedError(f"reshape with order={order!r}{_at(user_where())}")
+    return F.reshape(a, shape)
 
 
 def _clip(x, a_min=None, a_max=None, **kw):
@@ -329,10 +334,47 @@ FUNCTIONS.update({np.linalg.svd: LD.svd, np.linalg.qr: LD.qr, np.linalg.pinv: LD
                   np.linalg.lstsq: LD.lstsq, np.linalg.matrix_rank: LD.matrix_rank,
                   np.linalg.cond: LD.cond, np.linalg.eig: LD.eig, np.linalg.eigvals: LD.eigvals,
                   getattr(np.linalg, "svdvals", None): LD.svdvals})
+def _vector_norm(x, axis=None, keepdims=False, ord=2):
+    if axis is None:
+        r = _norm(F.ravel(x), ord)
+        return F.reshape(r, (1,) * len(F._shape_of(x))) if keepdims else r
+    return _norm(x, ord, axis, keepdims)
+
+
+def _cumulative(fn):
+    def cumulative(x, axis=None, dtype=None, out=None, include_initial=False):
+        _no_out(fn.__name__, out)
+        r = fn(x, axis=axis, dtype=dtype)
+        if include_initial:
+            ax = (axis if axis is not None else 0) % len(F._shape_of(r))
+            shape = list(F._shape_of(r))
+            shape[ax] = 1
+            first = F.zeros_like(r) if fn is _cumsum else F.ones_like(r)
+            r = F.concatenate([F.slice_(first, tuple(slice(0, 1) if i == ax else slice(None)
+                                                       for i in range(len(shape)))), r], ax)
+        return r
+    return cumulative
+
+
 # names that come and go between NumPy versions
-for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz", C.trapezoid)]:
+for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz", C.trapezoid),
+                   ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
+                   ("matrix_transpose", F.swap_last), ("permute_dims", F.transpose),
+                   ("cumulative_sum", _cumulative(_cumsum)),
+                   ("cumulative_prod", _cumulative(_cumprod))]:
     if hasattr(np, _name):
-        FUNCTIONS[getattr(np, _name)] = _fn
+        # np.vecdot is a ufunc in NumPy 2: it dispatches through __array_ufunc__
+        table = UFUNCS if isinstance(getattr(np, _name), np.ufunc) else FUNCTIONS
+        table[getattr(np, _name)] = _fn
+for _name, _fn in [("vector_norm", _vector_norm),
+                   ("matrix_norm", lambda x, keepdims=False, ord="fro": _norm(x, ord, (-2, -1),
+                                                                            keepdims)),
+                   ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
+                   ("matrix_transpose", F.swap_last), ("outer", F.outer),
+                   ("matmul", F.matmul), ("trace", lambda x, offset=0, dtype=None: F.trace_(
+                       x, offset))]:
+    if hasattr(np.linalg, _name):
+        FUNCTIONS[getattr(np.linalg, _name)] = _fn
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, **kw: F.cast(x, dtype)
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
@@ -370,6 +412,12 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             isinstance(r, Tracer) and r.base is not None) else r
     if method == "at" and ufunc in (np.add, np.subtract):
         return _ufunc_at(ufunc, *inputs)
+    if (method == "__call__" and not kwargs and ufunc.__name__ in _SCIPY_SPECIAL
+            and getattr(np, ufunc.__name__, None) is not ufunc):
+        return _SCIPY_SPECIAL[ufunc.__name__](*inputs)
+    if getattr(np, ufunc.__name__, None) is not ufunc:
+        _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
+                           "another library)")
     if method == "reduce" and ufunc in _REDUCE:
         axis = kwargs.get("axis", 0)
         return _REDUCE[ufunc](inputs[0], axis=axis, keepdims=kwargs.get("keepdims", False))
@@ -398,6 +446,27 @@ def _ufunc_at(ufunc, a, indices, b=None):
     _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
 
 
+def _xlogy(log):
+    def xlogy(x, y):
+        zero = F.eq(x, 0)
+        return F.where(zero, 0.0, F.mul(x, log(F.where(zero, 1.0, y))))
+    return xlogy
+
+
+# scipy.special ufuncs that are compositions of adjit's ops (by name; SciPy is not required)
+_SCIPY_SPECIAL = {
+    "expit": F.sigmoid, "log_expit": lambda x: F.neg(F.softplus(F.neg(x))),
+    "logit": lambda p: F.sub(F.log(p), F.log1p(F.neg(p))),
+    "xlogy": _xlogy(F.log), "xlog1py": _xlogy(F.log1p),
+}
+
+
+def _unsupported_other(what):
+    raise UnsupportedError(f"{what} is not supported by adjit{_at(user_where())}. Write it "
+                           "with the NumPy functions adjit supports (see "
+                           "adjit.frontend.numpy_api.FUNCTIONS and UFUNCS).")
+
+
 def _np_name(func):
     mod = getattr(func, "__module__", "numpy") or "numpy"
     return ("linalg." if "linalg" in mod else "") + func.__name__
@@ -414,6 +483,9 @@ def _signature(fn):
 def array_function(func, args, kwargs):
     fn = FUNCTIONS.get(func)
     if fn is None:
+        mod = getattr(func, "__module__", None) or "numpy"
+        if not mod.startswith("numpy"):
+            _unsupported_other(f"{mod}.{getattr(func, '__name__', func)}")
         _unsupported(_np_name(func))
     sig = _signature(fn)
     if sig is not None:
@@ -511,6 +583,12 @@ def _install():
         setattr(T, name, _copied(getattr(T, name)))
     T.sort = _inplace("sort", "np.sort(x)")
     T.fill = _inplace("fill", "np.full_like(x, value)")
+    T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
+    T.imag = property(lambda s: F.zeros_like(s))
+    T.view = lambda s, *args, **kw: s if not args and not kw else _unsupported(
+        "ndarray.view with a dtype (reinterpreting the bytes)")
+    T.nonzero = lambda s: _unsupported("ndarray.nonzero (its size depends on the data; use "
+                                       "adjit.where)")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
     T.itemsize = property(lambda s: s.dtype.itemsize)
 
@@ -562,6 +640,23 @@ def _accepting(orig):
     return constructor
 
 
+# np.sum([a, b]) never reaches __array_function__ either (NumPy dispatches on the list, not on
+# what it holds): while a trace is active these take a list holding tracers as np.stack of it
+_LIST_TAKERS = tuple((np, n) for n in ("sum", "mean", "max", "min", "prod", "amax", "amin",
+                                       "std", "var", "median", "average", "ptp", "cumsum",
+                                       "cumprod", "sort", "diff", "any", "all", "argmax",
+                                       "argmin", "clip", "abs")) + ((np.linalg, "norm"),)
+
+
+def _taking_lists(orig):
+    @functools.wraps(orig)
+    def fn(a, *args, **kwargs):
+        if isinstance(a, (list, tuple)) and _holds_tracer(a):
+            a = _from_nested(a, _originals["asarray"])
+        return orig(a, *args, **kwargs)
+    return fn
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
@@ -572,6 +667,9 @@ def constructors_accept_tracers():
             for name in B._MAKERS:
                 _originals[name] = getattr(np, name)
                 setattr(np, name, B.making_buffers(_originals[name]))
+            for mod, name in _LIST_TAKERS:
+                _originals[(mod, name)] = getattr(mod, name)
+                setattr(mod, name, _taking_lists(_originals[(mod, name)]))
         _patch_depth[0] += 1
     done = []
 
@@ -584,6 +682,8 @@ def constructors_accept_tracers():
             if _patch_depth[0] == 0:
                 for name in _CONSTRUCTORS + B._MAKERS:
                     setattr(np, name, _originals.pop(name))
+                for mod, name in _LIST_TAKERS:
+                    setattr(mod, name, _originals.pop((mod, name)))
     return restore
 
 
@@ -613,6 +713,21 @@ def _writable(s):
 def _setitem(s, k, v):
     """x[k] = v: x (and its views, and the array it views) now hold the new values."""
     _writable(s)
+    mask = B.resolve(k)
+    if isinstance(mask, Tracer) and mask.dtype == np.bool_:
+        # x[x > t] = v: a select when v is one value (more values would need the count)
+        if mask.shape != s.shape[:mask.ndim]:
+            raise ShapeError(f"boolean index of shape {mask.shape} does not match the array "
+                             f"of shape {s.shape}{_at(user_where())}")
+        v = B.resolve(v)
+        if int(np.prod(F._shape_of(v), dtype=np.int64)) != 1:
+            raise UnsupportedError(
+                f"x[mask] = values with a traced mask{_at(user_where())}: how many values are "
+                "taken depends on the data; write x = np.where(mask, new_values, x) instead")
+        v = F.reshape(v, ()) if isinstance(v, Tracer) else np.asarray(v).reshape(())
+        m = F.reshape(mask, mask.shape + (1,) * (s.ndim - mask.ndim))
+        s.assign(F.cast(F.where(m, F.cast(v, s.dtype), s), s.dtype))
+        return
     s.assign_at(*F.index_target(s, k, v))
 
 

@@ -22,6 +22,10 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _INTERNAL = tuple(os.path.join(_PKG, d) + os.sep for d in ("ir", "frontend", "passes",
                                                           "backends"))
 _INTERNAL_FILES = (os.path.join(_PKG, "__init__.py"),)
+# NumPy's and SciPy's own Python code calls NumPy on the user's behalf: the user's line is
+# further out
+_LIBRARIES = (os.path.dirname(os.path.abspath(np.__file__)) + os.sep,)
+_SCIPY = os.sep + "scipy" + os.sep
 
 _state = threading.local()
 # a source line that stores into an indexed array: `a[i] = ...`, `a[i] += ...`
@@ -48,7 +52,8 @@ def user_where() -> Where | None:
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_INTERNAL) and fn not in _INTERNAL_FILES and "importlib" not in fn:
+        if (not fn.startswith(_INTERNAL) and fn not in _INTERNAL_FILES and "importlib" not in fn
+                and not fn.startswith(_LIBRARIES) and _SCIPY not in fn):
             return Where(fn, f.f_lineno)
         f = f.f_back
     return None
@@ -314,11 +319,23 @@ class Tracer:
                 "only hold numbers. Create the array inside the function with np.zeros, "
                 "np.empty, np.ones, np.full (or their *_like forms) so adjit follows it, or "
                 "collect the values in a list and np.stack them.")
-        raise TraceError(
-            f"{what} needs the value of a traced array, which is not known while tracing"
-            f"{_at(w)}. Python control flow on traced values cannot be compiled: use "
-            "adjit.where(cond, a, b) for an elementwise choice, or make the argument static "
-            "(static_argnums=...) if it is a configuration value.")
+        if what.startswith("converting"):
+            advice = ("A NumPy or library function that adjit does not follow received a "
+                      "traced array here, often inside a Python list: np.sum([a, b]) needs "
+                      "np.stack([a, b]) first. Use the NumPy functions adjit supports (see "
+                      "adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
+                      "(static_argnums=...) if it is a configuration value.")
+        elif what.startswith(("float", "int")):
+            advice = ("math.exp, math.sqrt, float(), int() and np.float64() need a number: use "
+                      "the NumPy function (np.exp, np.sqrt, ...) on the array instead, or make "
+                      "the argument static (static_argnums=...) if it is a configuration value.")
+        else:
+            advice = ("Python control flow on traced values cannot be compiled: use "
+                      "adjit.where(cond, a, b) for an elementwise choice (np.maximum / "
+                      "np.minimum instead of the builtins max / min), or make the argument "
+                      "static (static_argnums=...) if it is a configuration value.")
+        raise TraceError(f"{what} needs the value of a traced array, which is not known while "
+                         f"tracing{_at(w)}. {advice}")
 
     def __bool__(self):
         self._concrete("`if`/`while`/`and`/`or` (bool of an array)")

@@ -1,0 +1,126 @@
+"""Cases from a sweep of scientific NumPy code written as users write it: each was refused or
+answered with an unhelpful message before. Values are compared with NumPy, gradients with
+central differences."""
+import math
+
+import numpy as np
+import pytest
+
+import adjit
+
+RNG = np.random.default_rng(3)
+X = RNG.normal(size=(4, 3))
+
+
+def _mask_assign(a):
+    y = a * 2
+    y[y > 0.15] = 0.0
+    y[np.abs(a) < 0.3] = a[0, 0]
+    return y
+
+
+def _mask_assign_into_buffer(a):
+    o = np.zeros(3)
+    o[a[0] > 0] = 1.5
+    return o * a[1]
+
+
+def _row_mask_assign(a):
+    y = a.copy()
+    y[a[:, 0] > 0] = a[1, 1]  # a mask over the first axis sets whole rows
+    return y
+
+
+CASES = {
+    "mask assignment": _mask_assign,
+    "mask assignment into np.zeros": _mask_assign_into_buffer,
+    "row mask assignment": _row_mask_assign,
+    "np.sum of a list": lambda a: np.sum([a[0], a[1] ** 2]),
+    "np.linalg.norm of a list": lambda a: np.linalg.norm([a[0, 0], a[1, 1]]),
+    "np.max of a list with a number": lambda a: np.max([a[0, 0], a[1, 1], 0.5]),
+    "np.mean of a tuple, axis": lambda a: np.mean((a[0], a[1]), axis=0),
+    "np.full with a traced value": lambda a: np.full((2, 3), a[0, 0]),
+    "np.full_like with a traced value": lambda a: np.full_like(a, a[1, 1]) * a,
+    "np.full with a traced row": lambda a: np.full((2, 3), a[0]),
+    "reshape order F": lambda a: a.reshape(2, 6, order="F"),
+    "ravel order F": lambda a: a.ravel(order="F") * np.arange(12),
+    "np.reshape order F": lambda a: np.reshape(a, (4, 3), order="F"),
+    "np.diag above": lambda a: np.diag(a[0], 1) @ np.ones(4),
+    "np.diag below": lambda a: np.diag(a[1], -2),
+    "tridiagonal": lambda a: (np.diag(a[:, 0]) + np.diag(a[:3, 1], 1)
+                              + np.diag(a[:3, 2], -1)) @ a[:, 0],
+    "real, imag and view": lambda a: a.real + a.imag + a.view() * 2,
+}
+if hasattr(np, "vecdot"):  # NumPy 2 names
+    CASES.update({
+        "np.vecdot": lambda a: np.vecdot(a, a),
+        "np.matrix_transpose": lambda a: np.matrix_transpose(a) @ a,
+        "np.cumulative_sum with the initial 0": lambda a: np.cumulative_sum(
+            a, axis=0, include_initial=True),
+        "np.linalg.vector_norm": lambda a: np.linalg.vector_norm(a, axis=1),
+        "np.linalg.vector_norm of all": lambda a: np.linalg.vector_norm(a),
+        "np.linalg.matrix_norm": lambda a: np.linalg.matrix_norm(a),
+        "np.linalg.vecdot": lambda a: np.linalg.vecdot(a, a),
+    })
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_value_and_gradient(name):
+    fn = CASES[name]
+    got = adjit.compile(fn, backend="numpy")(X)
+    want = fn(X.copy())
+    assert np.shape(got) == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert adjit.gradcheck(lambda a: np.sum(np.sin(fn(a) + 0.3)), X) < 1e-6
+
+
+def test_scipy_special_compositions():
+    sp = pytest.importorskip("scipy.special")
+    p = RNG.uniform(0.1, 0.9, size=(4, 3))
+    for fn in (sp.expit, sp.log_expit, sp.logit, lambda a: sp.xlogy(a, a + 1),
+               lambda a: sp.xlog1py(a - 0.1, a)):
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(p), fn(p), rtol=1e-12)
+        assert adjit.gradcheck(lambda a: np.sum(fn(a)), p) < 1e-6
+    with pytest.raises(adjit.UnsupportedError, match=r"erf \(not NumPy's"):
+        adjit.compile(sp.erf, backend="numpy")(p)
+
+
+def test_mask_assignment_of_several_values_is_refused_clearly():
+    def f(a):
+        y = a.copy()
+        y[y > 0] = a[y > 0]
+        return y
+    with pytest.raises(adjit.UnsupportedError):
+        adjit.compile(f, backend="numpy")(X)
+
+    def g(a):
+        y = a.copy()
+        y[y > 0] = np.arange(12.0)
+        return y
+    with pytest.raises(adjit.UnsupportedError, match=r"np.where\(mask, new_values, x\)"):
+        adjit.compile(g, backend="numpy")(X)
+
+
+def test_math_functions_point_to_numpy():
+    with pytest.raises(adjit.TraceError, match=r"use the NumPy function \(np.exp"):
+        adjit.compile(lambda a: math.exp(a[0, 0]), backend="numpy")(X)
+
+
+def test_builtin_max_points_to_np_maximum():
+    with pytest.raises(adjit.TraceError, match="np.maximum"):
+        adjit.compile(lambda a: max(a[0, 0], a[1, 1]), backend="numpy")(X)
+
+
+def test_unfollowed_numpy_call_names_the_users_line_and_np_stack():
+    def f(a):
+        return np.block([[a, a]])  # np.block is not followed by adjit
+    with pytest.raises(adjit.AdjitError, match=r"test_user_sweep.py:\d+") as e:
+        adjit.compile(f, backend="numpy")(X)
+    assert "fromnumeric" not in str(e.value) and "shape_base" not in str(e.value)
+
+
+def test_list_message_suggests_np_stack():
+    def f(a):
+        return np.sort_complex([a[0, 0], a[1, 1]])
+    with pytest.raises(adjit.TraceError, match=r"np.stack\(\[a, b\]\)"):
+        adjit.compile(f, backend="numpy")(X)
