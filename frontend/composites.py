@@ -445,7 +445,16 @@ def copysign(x, y):
 
 
 def hypot(x, y):
+    # np.hypot's loops are float only: promote (Python scalars weak), then take its loop's
+    # dtype, so hypot(float32 array, 1.0) stays float32 and two int16 arrays give float32
+    one = np.ones((), F.result_dtype(x, y))
+    dt = np.hypot(one, one).dtype
+    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
     return F.sqrt(F.add(F.mul(x, x), F.mul(y, y)))
+
+
+def _as_dtype(x, dt):
+    return F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dtype=dt)
 
 
 def cbrt(x):
@@ -472,8 +481,22 @@ def logaddexp2(x, y):
 
 # -- polynomials, integration, cross products -------------------------------------------------
 def polyval(p, x):
-    """Horner's rule, as np.polyval (p holds the coefficients, highest power first)."""
-    coeffs = list(p) if isinstance(p, (list, tuple)) or _nd(p) else [p]
+    """Horner's rule, as np.polyval (p holds the coefficients, highest power first).
+
+    As NumPy, which takes np.asarray(p) and np.asanyarray(x): a list of Python floats or a
+    Python scalar x is a float64 array (strong), not a weak scalar.
+    """
+    if isinstance(p, (list, tuple)):
+        if any(isinstance(c, Tracer) for c in p):
+            dt = np.result_type(*[F._dtype_of(c) for c in p])
+            p = [_as_dtype(c, dt) for c in p]
+        else:
+            p = np.asarray(p)
+    elif not isinstance(p, Tracer):
+        p = np.asarray(p)
+    if not isinstance(x, Tracer):
+        x = np.asarray(x)
+    coeffs = list(p) if isinstance(p, list) or _nd(p) else [p]
     y = F.zeros_like(x) if not coeffs else F.mul(F.ones_like(x), coeffs[0])
     for c in coeffs[1:]:
         y = F.add(F.mul(y, x), c)

@@ -36,10 +36,25 @@ def _division(x, y, trunc):
     step = F.where(F.lt(x, 0), F.neg(F.abs(y)), F.abs(y)) if trunc else y
     r = F.where(bad, F.add(r, step), r)
     q = F.where(bad, F.sub(q, F.where(F.eq(F.lt(x, 0), F.lt(y, 0)), 1, -1) if trunc else 1), q)
-    # a zero remainder takes the sign of the dividend (fmod) or of the divisor (remainder)
-    zero = F.zeros_like(r)
-    signed = F.mul(zero, x) if trunc else F.where(F.lt(y, 0), F.neg(zero), zero)
-    return F.cast(q, dt), F.cast(F.where(F.eq(r, 0), signed, r), dt)
+    # a zero remainder takes the sign of the dividend (fmod) or of the divisor (remainder);
+    # for fmod with x = +-0, r is x itself and already signed right
+    zero_r = C.logical_and(F.eq(r, 0), F.ne(x, 0)) if trunc else F.eq(r, 0)
+    r = F.where(zero_r, _signed_zero(r, F.lt(x if trunc else y, 0)), r)
+    return F.cast(q, dt), F.cast(r, dt)
+
+
+def _signed_zero(r, neg):
+    """A zero, negative where `neg`, for r = +-0, whose derivative in r is still 1, so the
+    remainder's gradient flows at exact multiples (a constant zero would cut it).
+
+    s (|r| + (r - r) s), with |r| and the subtracted r held constant: the sum is +0 whatever
+    r's sign (both terms come from r: the simplifier would drop a constant `+ 0`) and s then
+    signs it; the derivative is s * s = 1.
+    """
+    one = F.ones_like(r)
+    s = F.where(neg, F.neg(one), one)
+    held = F.stop_gradient(r)
+    return F.mul(F.add(F.abs(held), F.mul(F.sub(r, held), s)), s)
 
 
 def _int_division(x, y, dt, trunc):

@@ -252,6 +252,93 @@ def test_mod_gradients_are_one_and_minus_floor():
     np.testing.assert_array_equal(gy, -np.trunc(x / y))
 
 
+# exact multiples (remainder +-0), in-between points, and zero dividends
+XM = np.array([0.0, -0.0, 1.0, 2.0, -1.0, -2.0, 3.0, 0.5, -0.5, 1.25, -2.75, 6.0])
+YM = np.array([1.0, -1.0, 0.5, -0.5, 1.5, -2.0])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_modulo_values_at_exact_multiples_keep_numpys_signed_zeros(backend, dtype):
+    x, y = (a.astype(dtype) for a in np.broadcast_arrays(XM[:, None], YM[None, :]))
+    fns = [lambda x, y: x % y, lambda x, y: np.mod(x, y), lambda x, y: np.remainder(x, y),
+           lambda x, y: np.fmod(x, y), lambda x, y: x // y, lambda x, y: np.divmod(x, y)[1],
+           lambda x, y: x % 1.0, lambda x, y: np.mod(x, -1.0), lambda x, y: np.fmod(x, 2.0),
+           lambda x, y: np.fmod(x, -0.5), lambda x, y: 2.0 % y, lambda x, y: np.fmod(-2.0, y)]
+    for fn in fns:
+        got, want = adjit.compile(fn, backend=backend)(x, y), fn(x, y)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # the cases from the report
+    for fn, a, sign in [(np.mod, -2.0, False), (np.mod, 2.0, True), (np.fmod, -2.0, True)]:
+        got = adjit.compile(lambda v: fn(v, 1.0 if a < 0 else -1.0), backend=backend)(
+            np.array([a], dtype))
+        assert got[0] == 0 and np.signbit(got[0]) == sign
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_modulo_gradients_flow_at_exact_multiples(backend):
+    # d/dx is 1 everywhere, exact multiples (zero remainder) included, as in JAX
+    x = np.array([0.0, 1.0, 2.0, 0.5, -1.0])
+    g = adjit.grad(lambda z: np.sum(np.mod(z, 1.0)), backend=backend)(x)
+    np.testing.assert_array_equal(g, np.ones(5))
+    x, y = (a.copy() for a in np.broadcast_arrays(XM[:, None], YM[None, :]))
+    for fn, q in [(np.mod, np.floor), (np.remainder, np.floor), (lambda a, b: a % b, np.floor),
+                  (np.fmod, np.trunc)]:
+        gx, gy = adjit.grad(lambda a, b: np.sum(fn(a, b)), argnums=(0, 1), backend=backend)(x, y)
+        np.testing.assert_array_equal(gx, np.ones_like(x))
+        np.testing.assert_array_equal(gy, -q(x / y))
+        for ys in (1.0, -0.5):
+            g = adjit.grad(lambda a: np.sum(fn(a, ys)), backend=backend)(XM)
+            np.testing.assert_array_equal(g, np.ones_like(XM))
+    gx, gy = adjit.grad(lambda a, b: np.sum(a // b + np.floor_divide(a, b)), argnums=(0, 1),
+                        backend=backend)(x, y)
+    assert not gx.any() and not gy.any()
+    # away from the kinks, against central differences
+    xs, ys = np.array([2.3, -1.7, 5.1, 0.4]), np.array([0.7, 0.9, -1.3, -2.2])
+    for fn in (np.mod, np.fmod, lambda a, b: (a % b) * a, lambda a, b: np.fmod(a, b) ** 2):
+        assert adjit.gradcheck(lambda a, b: np.sum(fn(a, b)), xs, ys, argnums=(0, 1)) < 1e-6
+
+
+def test_hypot_keeps_python_scalars_weak():
+    f32 = np.array([1.0, 2.5, -3.0], np.float32)
+    for fn, a in [(lambda z: np.hypot(z, 1.0), f32), (lambda z: np.hypot(1.0, z), f32),
+                  (lambda z: np.hypot(z, 2), f32), (lambda z: np.hypot(z, z), f32),
+                  (lambda z: np.hypot(z, np.float64(1.0)), f32),
+                  (lambda z: np.hypot(z, 1.0), f32.astype(np.float16)),
+                  (lambda z: np.hypot(z, z), np.array([3, 4], np.int16)),
+                  (lambda z: np.hypot(z, 3), np.array([3, 4], np.int64))]:
+        got, want = adjit.compile(fn, backend="numpy")(a), fn(a)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    g = adjit.grad(lambda z: np.sum(np.hypot(z, 1.0)), backend="numpy")(f32)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, f32 / np.hypot(f32, 1.0), rtol=1e-6)
+    assert adjit.gradcheck(lambda a, b: np.sum(np.hypot(a, b)), V[:3], V[3:6],
+                           argnums=(0, 1)) < 1e-6
+
+
+def test_polyval_list_coefficients_are_float64_arrays():
+    f32 = np.array([1.0, 2.5, -3.0], np.float32)
+    p32 = np.array([1.0, 2.0], np.float32)
+    for fn, a in [(lambda z: np.polyval([1.0, 2.0], z), f32),
+                  (lambda z: np.polyval((1.0, 2.0, 3.0), z), f32),
+                  (lambda z: np.polyval([1, 2], z), f32),
+                  (lambda z: np.polyval(p32, z), f32),
+                  (lambda z: np.polyval(z, 2.0), f32),
+                  (lambda z: np.polyval(z, np.float32(2.0)), f32),
+                  (lambda z: np.polyval([z[0], 2.0], z), f32),
+                  (lambda z: np.polyval([1, 2], z), np.array([1, 2], np.int32))]:
+        got, want = adjit.compile(fn, backend="numpy")(a), fn(a)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    g = adjit.grad(lambda z: np.sum(np.polyval([1.0, 2.0, 3.0], z)), backend="numpy")(f32)
+    np.testing.assert_allclose(g, 2 * f32 + 2.0, rtol=1e-6)
+    assert adjit.gradcheck(lambda p, x: np.sum(np.polyval(p, x)), V[:3], V[3:],
+                           argnums=(0, 1)) < 1e-6
+
+
 def test_interp_gradient_is_the_slope():
     g = adjit.grad(lambda x: np.sum(np.interp(x, XP, FP)), backend="numpy")(XI)
     slopes = np.diff(FP) / np.diff(XP)
