@@ -43,6 +43,14 @@ class _Fuser:
         self.sets = {n: {n} for n in self.members}
         self.reduces = {}             # group root -> reduction nodes joined to it
         self.red_root = {}            # reduction node -> the root of the group it joined
+        # A topological order of the units (groups, and nodes outside groups), kept valid as
+        # groups merge: `slots` lists them in order (None where a merged unit left), `pos`
+        # gives each unit's slot. A path between two units can only pass through the units
+        # between them, so the cycle check searches that window only.
+        self.slots = list(g.nodes())
+        self.pos = {n: i for i, n in enumerate(self.slots)}
+        assert all(self.pos[a] < self.pos[n] for n in self.slots for a in g.args(n)), \
+            "fusion needs the graph's nodes in topological order"
 
     # -- union-find ---------------------------------------------------------------------
     def find(self, n):
@@ -63,38 +71,54 @@ class _Fuser:
     def _unit(self, root):
         return self.sets[root] | set(self.reduces.get(root, []))
 
-    def _expand(self, n):
-        """The nodes that stand for n once groups are contracted: its group's, or n alone."""
-        root = self.find(n) if n in self.parent else self.red_root.get(n)
-        return self._unit(root) if root is not None else (n,)
+    def _root(self, n):
+        """The unit n belongs to: its group's root, or n alone."""
+        if n in self.parent:
+            return self.find(n)
+        return self.red_root.get(n, n)
 
-    def _path_outside(self, src, dst, both):
-        """Is there a path from src to dst through a node in neither (`both` = their union)?
-        Other groups count as one node each: entering one anywhere leaves it anywhere."""
-        seen = set(both)
-        stack = []
-        for n in src:
-            for u in self.users[n]:
-                if u not in seen:
-                    for v in self._expand(u):
-                        seen.add(v)
-                        stack.append(v)
+    def _members(self, root):
+        if root in self.sets:
+            yield from self.sets[root]
+            yield from self.reduces.get(root, ())
+        else:
+            yield root
+
+    def _between(self, a, b):
+        """(cycle, D) for merging unit a into unit b (pos[a] < pos[b], a feeds b): cycle is
+        whether a path leaves a and enters b through another unit; D are the units between
+        them that a reaches (they must move after the merged unit)."""
+        pb = self.pos[b]
+        seen, stack, reached = {a, b}, [a], []
         while stack:
-            n = stack.pop()
-            for u in self.users[n]:
-                if u in dst:
-                    return True
-                if u not in seen:
-                    for v in self._expand(u):
-                        if v in dst:
-                            return True
-                        seen.add(v)
-                        stack.append(v)
-        return False
+            x = stack.pop()
+            for m in self._members(x):
+                for w in self.users[m]:
+                    y = self._root(w)
+                    if y == b:
+                        if x != a:
+                            return True, None
+                        continue
+                    if y in seen or self.pos[y] > pb:
+                        continue
+                    seen.add(y)
+                    reached.append(y)
+                    stack.append(y)
+        return False, reached
 
-    def _would_cycle(self, a, b):
-        both = a | b
-        return self._path_outside(a, b, both) or self._path_outside(b, a, both)
+    def _place(self, a, b, merged, reached):
+        """Keep the order topological after units a and b merged into `merged`: within the
+        window from a to b, the units a reached move after it, the others before."""
+        pa, pb = self.pos[a], self.pos[b]
+        after = set(reached)
+        window = [x for x in self.slots[pa:pb + 1] if x is not None and x not in (a, b)]
+        order = [x for x in window if x not in after] + [merged] + \
+            [x for x in window if x in after]
+        order += [None] * (pb + 1 - pa - len(order))
+        self.slots[pa:pb + 1] = order
+        for i, x in enumerate(order, pa):
+            if x is not None:
+                self.pos[x] = i
 
     # -- grouping -------------------------------------------------------------------------
     def group_elementwise(self):
@@ -109,9 +133,10 @@ class _Fuser:
                     continue
                 if g[u]["shape"] != g[v]["shape"]:
                     continue
-                a, b = self._unit(self.find(u)), self._unit(self.find(v))
-                if not self._would_cycle(a, b):
-                    self.union(u, v)
+                a, b = self.find(u), self.find(v)
+                cycle, reached = self._between(a, b)
+                if not cycle:
+                    self._place(a, b, self.union(u, v), reached)
 
     def join_reductions(self):
         g = self.g
@@ -125,12 +150,15 @@ class _Fuser:
             axes = tuple(g[r]["attrs"]["axis"])
             if any(tuple(g[q]["attrs"]["axis"]) != axes for q in self.reduces.get(root, [])):
                 continue
-            unit = self._unit(root)
-            # r may not feed the group back, directly (a size-1 axis) or through other nodes
-            if any(u in unit for u in self.users[r]) or self._path_outside({r}, unit, unit | {r}):
+            # r may not feed the group back, directly (a size-1 axis) or through other
+            # nodes: in a topological order of the units, that is the group coming after r
+            if self.pos[root] > self.pos[r]:
                 continue
+            cycle, reached = self._between(root, r)
+            assert not cycle, "a reduction reads one value"
             self.reduces.setdefault(root, []).append(r)
             self.red_root[r] = root
+            self._place(root, r, root, reached)
 
     # -- building the new graph -----------------------------------------------------------
     def build(self):
