@@ -420,7 +420,22 @@ def getitem(x, key):
                              f"of shape {x.shape}{_at(user_where())}")
     if all(isinstance(k, slice) and k == slice(None) for k in key):
         return x
+    if x._pending is not None:
+        # reading what a recent assignment wrote: take the written value itself
+        nid = x.read_pending(_grid(x.shape)[key])
+        if nid is not None:
+            out = Tracer(x.ctx, nid)
+            out.base, out.chain, out.bver = x, (("slice", {"index": key}),), x.ver
+            return out
     return slice_(x, key)
+
+
+@functools.lru_cache(maxsize=16)
+def _grid(shape):
+    """Each element's flat position, for arrays of this shape (read-only, cached)."""
+    g = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    g.flags.writeable = False
+    return g
 
 
 def _static_masks(key):
@@ -473,7 +488,7 @@ def index_target(x, key, v, grid=None):
                 f"i){_at(user_where())} is not supported; write "
                 "x = adjit.where(np.arange(len(x)) == i, v, x) instead")
     if grid is None:
-        grid = np.arange(x.size).reshape(x.shape)
+        grid = _grid(x.shape)
     try:
         pos = np.asarray(grid[key])
     except IndexError as e:

@@ -213,10 +213,38 @@ class Tracer:
             return
         if pos.size == 0:
             return
+        vid = value.id  # the value as of now (reading it may re-derive a view of self first)
         if self._pending is None:
-            self._pending = (self._id, [])
-        self._pending[1].append((pos.reshape(-1), value.id))  # the value as of now
+            # the base, the writes, and for each position the last write to it (-1: none)
+            self._pending = (self._id, [], np.full(self.size, -1, np.intp))
+        writes, last = self._pending[1], self._pending[2]
+        last[pos.reshape(-1)] = len(writes)
+        writes.append((pos.reshape(-1), vid))
         self.ver += 1
+
+    def read_pending(self, pos: np.ndarray):
+        """The node for the elements at flat positions `pos` (any shape) when one collected
+        write holds all of them (`out[i-1]` after `out[i-1] = ...`), so reading it needs no
+        materialization; else None."""
+        if self._pending is None or pos.size == 0:
+            return None
+        flat = pos.reshape(-1)
+        w = self._pending[2][flat]
+        if w[0] < 0 or (w != w[0]).any():
+            return None
+        wpos, vid = self._pending[1][w[0]]
+        order = np.argsort(wpos, kind="stable")
+        j = order[np.searchsorted(wpos[order], flat, side="right") - 1]  # last occurrence
+        if j.size != wpos.size or not np.array_equal(j, np.arange(j.size)):
+            c = self.ctx.graph.add("const", [], j.shape, j.dtype, {"value": j, "dtype": j.dtype},
+                                   None, user_where())
+            g = self.ctx.graph
+            if g[vid]["shape"] != (wpos.size,):
+                vid = self._node("reshape", [vid], {"shape": (wpos.size,)})
+            vid = self._node("gather", [vid, c], {"key": (("a", 0),)})
+        if self.ctx.graph[vid]["shape"] != pos.shape:
+            vid = self._node("reshape", [vid], {"shape": pos.shape})
+        return vid
 
     def positions(self) -> np.ndarray:
         """The flat positions in `base` of each element of this view (shape: self.shape)."""
@@ -239,7 +267,7 @@ class Tracer:
     def _materialize(self):
         """The collected writes as nodes: the written values (and what is left of the old
         value) concatenated flat, then one gather unless they already lie in order."""
-        base_id, writes = self._pending
+        base_id, writes, _ = self._pending
         self._pending = None
         size = self.size
         idx = np.arange(size, dtype=np.intp)
@@ -268,6 +296,14 @@ class Tracer:
                                                                   {"shape": self.shape})
 
     def _rederive(self):
+        b = self.base
+        if b._pending is not None and len(self.chain) == 1 and self.chain[0][0] == "slice":
+            # the base has collected writes: its value here may still be one write's value
+            from .functions import _grid
+            nid = b.read_pending(_grid(b.shape)[self.chain[0][1]["index"]])
+            if nid is not None:
+                self._id, self.bver = nid, b.ver
+                return
         nid = self.base.id
         for op, attrs in self.chain:
             nid = self._node(op, [nid], attrs)

@@ -277,6 +277,27 @@ def _rows_out_of_order_over_a_base(a):
     return z
 
 
+def _stale_view_as_value(a):
+    z = a.copy()
+    v = z[1:3]
+    z[0] = 1.0
+    z[3] = v[0] * 2  # v was taken before the write to z[0]: it still reads z's current value
+    w = z[2]
+    z[2] = w * 3
+    z[1] = w  # w is a view: it shows z[2] * 3 by now
+    return z
+
+
+def _recurrence_with_element_writes(a):
+    z = np.zeros((4, 3))
+    z[0] = a[0]
+    for i in range(1, 4):
+        prev = z[i - 1]
+        z[i] = prev * 0.5 + a[i]
+        z[i, 0] = prev[1]
+    return z
+
+
 CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augmented,
          _write_through_row_view, _fancy_last_write_wins, _transpose_view_write,
          _chained_index_write, _np_copy_is_a_copy, _ufunc_out, _add_at_accumulates,
@@ -288,7 +309,8 @@ CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augment
          _buffer_transposed_view, _buffer_recurrence, _buffer_in_concatenate_and_where,
          _buffer_augmented, _leading_unit_axes_dropped, _unchanged_buffer_is_a_constant,
          _view_of_pending_writes, _stored_value_is_a_snapshot, _zero_dim_buffer,
-         _rows_out_of_order_over_a_base]
+         _rows_out_of_order_over_a_base, _stale_view_as_value,
+         _recurrence_with_element_writes]
 IDS = [f.__name__.strip("_") for f in CASES]
 
 
@@ -426,3 +448,21 @@ def test_filling_rows_in_a_loop_becomes_one_concatenation():
     g = adjit.trace(f, X)
     ops = [g[n]["op"] for n in g.nodes()]
     assert ops.count("concatenate") == 1 and "where" not in ops and "gather" not in ops
+
+
+def test_reading_back_what_a_loop_just_wrote_needs_no_full_array_nodes():
+    def euler(p, T):
+        x = np.zeros((T, 2))
+        x[0] = p[:2]
+        for i in range(T - 1):
+            pos, vel = x[i, 0], x[i, 1]
+            x[i + 1, 0] = pos + 0.01 * vel
+            x[i + 1, 1] = vel - 0.01 * p[2] * pos
+        return np.sum(x[:, 0] ** 2)
+
+    def whole_array_ops(T):
+        g = adjit.trace(euler, np.array([1.0, 0.0, 2.0]), T, static_argnums=(1,))
+        ops = [g[n]["op"] for n in g.nodes()]
+        return ops.count("concatenate"), ops.count("gather"), ops.count("where")
+    assert whole_array_ops(20) == whole_array_ops(60)  # not one per step
+    assert adjit.gradcheck(euler, np.array([1.0, 0.0, 2.0]), 50, static_argnums=(1,)) < 1e-6
