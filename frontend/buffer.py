@@ -64,8 +64,11 @@ class Buffer(np.ndarray):
         return np.ndarray.__len__(self)
 
     def __iter__(self):
-        tv = traced_value(self)
-        return iter(tv) if tv is not None else np.ndarray.__iter__(self)
+        # row by row through __getitem__, so rows taken before and after a traced write are
+        # views of this array either way
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(len(self)))
 
     def __repr__(self):
         tv = traced_value(self)
@@ -100,6 +103,14 @@ class Buffer(np.ndarray):
         out = kwargs.get("out")
         traced = any(_is_traced(x) for x in inputs) or (
             out is not None and any(_is_traced(o) for o in out))
+        if method == "at" and isinstance(inputs[0], Buffer) and _holds_traced(inputs):
+            # np.add.at(b, idx, traced): on b's value as a tracer, then stored back into b
+            target = inputs[0]
+            tv = traced_value(target)
+            value = (tv if tv is not None else _lifted(target)).copy_()
+            ufunc.at(value, *[resolve(x) for x in inputs[1:]], **kwargs)
+            target[...] = value
+            return None
         if traced or (out is not None and any(
                 isinstance(o, Buffer) for o in out) and any(_holds_traced(x) for x in inputs)):
             if out is not None:
@@ -123,6 +134,9 @@ class Buffer(np.ndarray):
             if not _holds_promoted((args, kwargs)):
                 return NotImplemented  # a Tracer argument: its own dispatch takes it
             return func(*_resolve_tree(args), **_resolve_tree(kwargs))
+        from .numpy_api import _VIEWS
+        if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
+            return super().__array_function__(func, types, args, kwargs)
         return func(*_plain_tree(args), **_plain_tree(kwargs))
 
 
@@ -254,6 +268,10 @@ def _promote(owner):
     if ctx is None:
         raise UnsupportedError(f"a traced value was stored into an array after its trace ended"
                                f"{_at(user_where())}")
+    if not owner.flags.c_contiguous:
+        raise UnsupportedError(f"a traced value is stored into a non-contiguous array"
+                               f"{_at(user_where())}; make it with np.zeros/np.empty/... "
+                               "(or .copy() it) first")
     shadow = _lifted(owner).copy_()
     np.ndarray.__setattr__(owner, "_shadow", shadow)
     owner.view(np.ndarray)[...] = np.nan  # any read behind adjit's back shows NaN

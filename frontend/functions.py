@@ -42,7 +42,7 @@ def _ctx(xs):
 def const(value, dtype=None):
     """A constant node in the current trace (0-d constants are broadcast where used)."""
     ctx = current()
-    value = np.asarray(value, dtype=dtype)
+    value = np.array(value, dtype=dtype)  # a copy: the caller may write into its array later
     return ctx.emit("const", [], {"value": value, "dtype": value.dtype})
 
 
@@ -50,11 +50,16 @@ def lift(x, dtype, ctx=None):
     """A Tracer for x with the given dtype (constants are folded to that dtype)."""
     if isinstance(x, Buffer):
         x = resolve(x)  # a NumPy array made in the function that traced values were stored in
+    if isinstance(x, (list, tuple)):
+        from .numpy_api import _from_nested, _holds_tracer
+        if _holds_tracer(x):
+            x = _from_nested(x, np.asarray)  # [t0, 1.0, t1]: stacked, as np.array would
     if isinstance(x, Tracer):
         return cast(x, dtype)
     ctx = ctx or current()
     with_ctx = ctx if ctx is not None else current()
-    value = np.asarray(x).astype(dtype, copy=False)
+    # a copy: NumPy arrays the function writes into later keep the value they had here
+    value = np.array(x, dtype=dtype)
     return with_ctx.emit("const", [], {"value": value, "dtype": value.dtype})
 
 
@@ -379,32 +384,22 @@ def getitem(x, key):
         if ctx is None:
             return np.asarray(x)[key]
         x = lift(x, np.asarray(x).dtype, ctx)
+    raw = key if isinstance(key, tuple) else (key,)
+    # x[i, j] naming every axis by an integer is a scalar: NumPy copies it, no view
+    scalar = len(raw) == x.ndim and all(isinstance(k, (numbers.Integral, np.integer))
+                                        and not isinstance(k, bool) for k in raw)
+    if scalar:
+        return _getitem(x, key).copy_()
+    return _getitem(x, key)
+
+
+def _getitem(x, key):
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
                 for k in _norm_index(_static_masks(key), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
-        arrays, tkey = [], []
-        for k in key:
-            if isinstance(k, (Tracer, np.ndarray, list)):
-                k = k if isinstance(k, Tracer) else np.asarray(k)
-                if k.dtype == np.bool_:
-                    raise UnsupportedError(
-                        f"boolean mask indexing makes a shape that depends on the data"
-                        f"{_at(user_where())}; use adjit.where(mask, x, 0) instead")
-                if k.dtype.kind not in "iu":
-                    raise ShapeError(f"index arrays must be integers, got {k.dtype}"
-                                     f"{_at(user_where())}")
-                tkey.append(("a", len(arrays)))
-                arrays.append(k if isinstance(k, Tracer) else lift(k, k.dtype, x.ctx))
-            elif k is None:
-                tkey.append(("n",))
-            elif isinstance(k, slice):
-                tkey.append(("s", k))
-            else:
-                tkey.append(("i", _static_int(k)))
-        try:
-            return gather(x, arrays, tuple(tkey))
-        except ShapeError:
-            raise
+        arrays, tkey = advanced_key(x, key)
+        return gather(x, [a if isinstance(a, Tracer) else lift(a, a.dtype, x.ctx)
+                          for a in arrays], tkey)
     key = tuple(k if k is None or isinstance(k, slice) else _static_int(k) for k in key)
     for k in key:
         if isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop,
@@ -425,7 +420,7 @@ def getitem(x, key):
         nid = x.read_pending(_grid(x.shape)[key])
         if nid is not None:
             out = Tracer(x.ctx, nid)
-            out.base, out.chain, out.bver = x, (("slice", {"index": key}),), x.ver
+            out.view_of(x, "slice", {"index": key})
             return out
     return slice_(x, key)
 
@@ -436,6 +431,50 @@ def _grid(shape):
     g = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
     g.flags.writeable = False
     return g
+
+
+def advanced_key(x, key):
+    """(index arrays, key spec) of a normalized key holding integer arrays, as gather and
+    scatter_add take them; the arrays stay Tracers or NumPy arrays."""
+    arrays, tkey = [], []
+    for k in key:
+        if isinstance(k, (Tracer, np.ndarray, list)):
+            k = k if isinstance(k, Tracer) else np.asarray(k)
+            if k.dtype == np.bool_:
+                raise UnsupportedError(
+                    f"boolean mask indexing makes a shape that depends on the data"
+                    f"{_at(user_where())}; use adjit.where(mask, x, 0) instead")
+            if k.dtype.kind not in "iu":
+                raise ShapeError(f"index arrays must be integers, got {k.dtype}"
+                                 f"{_at(user_where())}")
+            tkey.append(("a", len(arrays)))
+            arrays.append(k)
+        elif k is None:
+            tkey.append(("n",))
+        elif isinstance(k, slice):
+            tkey.append(("s", k))
+        else:
+            tkey.append(("i", _static_int(k)))
+    return arrays, tuple(tkey)
+
+
+def traced_positions(x, key):
+    """For a key with traced integer arrays (labels): (arrays, key spec, shape of x[key],
+    unique), where unique says whether the constant arrays alone already make every
+    selected position distinct (x[np.arange(n), labels]), whatever the traced ones hold."""
+    key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
+                for k in _norm_index(_static_masks(key), x.ndim))
+    if not any(isinstance(k, Tracer) and k.dtype.kind in "iu" for k in key):
+        return None
+    arrays, tkey = advanced_key(x, key)
+    shape = OPS["gather"].shape([x.shape] + [np.shape(a) for a in arrays], {"key": tkey})
+    consts = [a for a in arrays if not isinstance(a, Tracer)]
+    bshape = np.broadcast_shapes(*[np.shape(a) for a in arrays])
+    unique = int(np.prod(bshape, dtype=np.int64)) <= 1  # x[np.argmax(x)] = 0: one position
+    if consts and not unique:
+        rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
+        unique = len(np.unique(rows, axis=0)) == rows.shape[0]
+    return arrays, tkey, tuple(int(d) for d in shape), unique
 
 
 def _static_masks(key):
@@ -654,7 +693,11 @@ def diagonal(x, offset=0, axis1=0, axis2=1):
         raise UnsupportedError(f"np.diagonal of {len(shape)}-d arrays{_at(user_where())}; "
                                "only matrices are supported")
     rows = np.arange(builtins.max(0, -offset), builtins.min(shape[0], shape[1] - offset))
-    return getitem(x, (rows, rows + offset))
+    d = getitem(x, (rows, rows + offset))
+    if isinstance(d, Tracer):
+        # NumPy's diagonal is a read-only view: it shows later writes to x
+        d.view_of(x, "gather", {"key": (("a", 0), ("a", 1))}, (rows, rows + offset))
+    return d
 
 
 def diag(x, k=0):

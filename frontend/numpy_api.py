@@ -166,7 +166,10 @@ def _reshape(a, *shape, order="C", **kw):
     return F.reshape(a, shape)
 
 
-def _clip(x, a_min=None, a_max=None, **kw):
+def _clip(x, a_min=None, a_max=None, out=None, **kw):
+    if out is not None:
+        _store_out(out, _clip(x, a_min, a_max, **kw), "clip")
+        return out
     lo, hi = kw.get("min", a_min), kw.get("max", a_max)
     if lo is not None:
         x = F.maximum(x, lo)
@@ -438,6 +441,14 @@ def _ufunc_at(ufunc, a, indices, b=None):
         raise UnsupportedError(
             f"np.{ufunc.__name__}.at(a, ...) would write traced values into the NumPy array a"
             f"{_at(user_where())}; create a inside the function (np.zeros...) or use a + ...")
+    traced = F.traced_positions(a, indices)
+    if traced is not None:  # labels: np.add.at(counts, y, 1) accumulates, as scatter_add
+        arrays, tkey, shape, _ = traced
+        val = F._value_for(b, shape, a)
+        summed = F.scatter_add(F.neg(val) if ufunc is np.subtract else val, arrays, tkey,
+                               a.shape)
+        _store(a, F.add(a, summed), f"np.{ufunc.__name__}.at")
+        return
     pos, val = F.index_target(a, indices, b)
     flat = pos.reshape(-1)
     if ufunc is np.subtract:
@@ -481,6 +492,12 @@ def _signature(fn):
 
 
 def array_function(func, args, kwargs):
+    out = kwargs.get("out")
+    if out is not None and func in FUNCTIONS:
+        # np.clip(x, lo, hi, out=x) and the like: computed, then stored like x[...] = result
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        _store_out(out, array_function(func, args, kwargs), f"np.{_np_name(func)}")
+        return out
     fn = FUNCTIONS.get(func)
     if fn is None:
         mod = getattr(func, "__module__", None) or "numpy"
@@ -505,7 +522,7 @@ def array_function(func, args, kwargs):
 _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
           np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
           np.diagonal, np.rot90, np.flip, np.fliplr, np.flipud, np.split, np.array_split,
-          np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real}
+          np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real, np.diag}
 
 
 # -- operators and methods on Tracer -----------------------------------------------------------
@@ -553,7 +570,7 @@ def _install():
     T.var, T.std, T.cumsum, T.cumprod = _var, _std, _cumsum, _cumprod
     T.argmax = _argmax
     T.argmin = functools.partial(_argmax, neg=True)
-    T.astype = lambda s, dtype, **kw: F.cast(s, dtype)
+    T.astype = _astype
     T.dot = lambda s, o: _dot(s, o)
     T.clip = lambda s, a_min=None, a_max=None, **kw: _clip(s, a_min, a_max, **kw)
     T.squeeze = lambda s, axis=None: F.squeeze(s, axis)
@@ -578,19 +595,36 @@ def _install():
                           ("floordiv", "//", T.__floordiv__), ("mod", "%", T.__mod__)]:
         setattr(T, f"__i{name}__", _augmented(sym, fn))
     T.__pos__ = lambda s: s.copy_()
-    for name in ("astype", "clip", "flatten", "round", "sum", "prod", "mean", "max", "min",
+    for name in ("clip", "flatten", "round", "sum", "prod", "mean", "max", "min",
                  "cumsum", "cumprod", "repeat", "take", "dot"):
         setattr(T, name, _copied(getattr(T, name)))
     T.sort = _inplace("sort", "np.sort(x)")
     T.fill = _inplace("fill", "np.full_like(x, value)")
     T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
     T.imag = property(lambda s: F.zeros_like(s))
+    T.flat = property(_flat)
     T.view = lambda s, *args, **kw: s if not args and not kw else _unsupported(
         "ndarray.view with a dtype (reinterpreting the bytes)")
     T.nonzero = lambda s: _unsupported("ndarray.nonzero (its size depends on the data; use "
                                        "adjit.where)")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
     T.itemsize = property(lambda s: s.dtype.itemsize)
+
+
+def _flat(s):
+    """x.flat as the flattened view (reading and writing x.flat[i] work as in NumPy)."""
+    r = _reshape(s, -1)
+    if r is not s and r.base is None:
+        raise UnsupportedError(f"x.flat of a non-contiguous view{_at(user_where())}; use "
+                               "x.reshape(-1) on a copy, or index x directly")
+    return r
+
+
+def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):
+    """x.astype: a new array, unless copy=False and the dtype is already right (as NumPy)."""
+    if s.dtype == np.dtype(dtype):
+        return s.copy_() if copy else s
+    return F.cast(s, dtype)
 
 
 def _inplace(name, instead):
@@ -630,7 +664,11 @@ def _accepting(orig):
     @functools.wraps(orig)
     def constructor(obj, *args, **kwargs):
         if not _holds_tracer(obj):
-            return orig(obj, *args, **kwargs)
+            r = orig(obj, *args, **kwargs)
+            if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind == "f"
+                    and B._from_user()):
+                return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values
+            return r
         dtype = kwargs.get("dtype", args[0] if args else None)
         out = _from_nested(obj, orig)
         out = F.cast(out, dtype) if dtype is not None else out
@@ -728,6 +766,22 @@ def _setitem(s, k, v):
         m = F.reshape(mask, mask.shape + (1,) * (s.ndim - mask.ndim))
         s.assign(F.cast(F.where(m, F.cast(v, s.dtype), s), s.dtype))
         return
+    traced = F.traced_positions(s, k)
+    if traced is not None:
+        # positions from traced labels: exact when the constant index arrays alone make
+        # them distinct (one-hot rows t[np.arange(n), y] = 1), as there is then no
+        # last-write-wins order to follow
+        arrays, tkey, shape, unique = traced
+        if not unique:
+            raise UnsupportedError(
+                f"assigning at positions computed from traced values{_at(user_where())}: "
+                "they may repeat, and which write wins then depends on the data. Use "
+                "np.add.at(x, idx, v) to accumulate, or adjit.where(...) / adjit.one_hot")
+        val = F._value_for(v, shape, s)
+        hit = F.scatter_add(F.full_like(val, 1), arrays, tkey, s.shape)
+        put = F.scatter_add(val, arrays, tkey, s.shape)
+        s.assign(F.where(F.ne(hit, 0), put, s))
+        return
     s.assign_at(*F.index_target(s, k, v))
 
 
@@ -747,6 +801,18 @@ def _store(s, r, what):
         r = F.cast(r, s.dtype)
     s.assign(r)
     return s
+
+
+def _store_out(out, r, what):
+    target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if isinstance(target, B.Buffer):
+        target[...] = r
+    elif isinstance(target, Tracer):
+        _store(target, r, f"{what}(..., out=x)")
+    else:
+        raise UnsupportedError(
+            f"{what}(..., out=a) would write traced values into the NumPy array a"
+            f"{_at(user_where())}; write a = ... instead, or create a inside the function")
 
 
 def _augmented(sym, fn):

@@ -148,14 +148,21 @@ class TraceContext:
             raise ShapeError(f"{op}: shapes {shown} do not fit{_at(where)}: {e}") from None
         nid = self.graph.add(op, [a.id for a in args], shape, dtype, attrs, name, where)
         out = Tracer(self, nid)
-        if opdef.kind == "view" and args:
+        if opdef.kind == "view" and args and not (
+                op == "reshape" and _reshape_copies(args[0], attrs["shape"])):
             # NumPy returns a view here: remember how it derives from the array that owns the
             # data, so assignments through either side are seen by the other (see Tracer)
-            src = args[0]
-            out.base = src.base if src.base is not None else src
-            out.chain = src.chain + ((op, attrs),)
-            out.bver = out.base.ver
+            out.view_of(args[0], op, attrs)
         return out
+
+
+def _reshape_copies(src, shape) -> bool:
+    """Does NumPy copy when reshaping this view (a transposed or strided one)? Asked of an
+    array with the view's strides (np.empty: no memory is touched)."""
+    if src.base is None:
+        return False  # adjit's own arrays are C-contiguous
+    probe = src.layout_probe()
+    return not np.may_share_memory(np.reshape(probe, shape), probe)
 
 
 def _at(where) -> str:
@@ -172,14 +179,23 @@ class Tracer:
     whose base changed is re-derived from the base on its next use; an assignment into a view
     writes through to the base.
     """
-    __slots__ = ("ctx", "_id", "shape", "dtype", "base", "chain", "bver", "ver", "_pending")
+    __slots__ = ("ctx", "_id", "_shape", "dtype", "base", "chain", "bver", "ver", "_pending")
     __array_priority__ = 1000
 
     def __init__(self, ctx, nid):
         node = ctx.graph[nid]
-        self.ctx, self._id, self.shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
+        self.ctx, self._id, self._shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
         self.base, self.chain, self.bver, self.ver = None, (), 0, 0
         self._pending = None
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @shape.setter
+    def shape(self, value):
+        raise UnsupportedError(f"setting x.shape reshapes the array in place{_at(user_where())}; "
+                               "write x = x.reshape(...) instead")
 
     @property
     def id(self):
@@ -248,13 +264,15 @@ class Tracer:
 
     def positions(self) -> np.ndarray:
         """The flat positions in `base` of each element of this view (shape: self.shape)."""
-        if any(op == "broadcast_to" for op, _ in self.chain):
-            raise UnsupportedError(f"assignment destination is read-only: a broadcast view "
-                                   f"(np.broadcast_to) cannot be written, as in NumPy"
-                                   f"{_at(user_where())}")
+        for op, _, _ in self.chain:
+            if op in ("broadcast_to", "gather"):
+                what = "np.broadcast_to" if op == "broadcast_to" else "np.diagonal"
+                raise UnsupportedError(f"assignment destination is read-only: a view made by "
+                                       f"{what} cannot be written, as in NumPy"
+                                       f"{_at(user_where())}")
         pos = np.arange(self.base.size).reshape(self.base.shape)
-        for op, attrs in self.chain:
-            pos = OPS[op].numpy(pos, **attrs)
+        for op, attrs, consts in self.chain:
+            pos = OPS[op].numpy(pos, *consts, **attrs)
         return np.asarray(pos)
 
     def _node(self, op, ids, attrs):
@@ -305,9 +323,25 @@ class Tracer:
                 self._id, self.bver = nid, b.ver
                 return
         nid = self.base.id
-        for op, attrs in self.chain:
-            nid = self._node(op, [nid], attrs)
+        g = self.ctx.graph
+        for op, attrs, consts in self.chain:
+            cids = [g.add("const", [], c.shape, c.dtype, {"value": c, "dtype": c.dtype}, None,
+                          user_where()) for c in consts]
+            nid = self._node(op, [nid] + cids, attrs)
         self._id, self.bver = nid, self.base.ver
+
+    def view_of(self, src: "Tracer", op, attrs, consts=()):
+        """Mark this array as NumPy's view of src made by op (consts: its index arrays)."""
+        self.base = src.base if src.base is not None else src
+        self.chain = src.chain + ((op, attrs, tuple(consts)),)
+        self.bver = self.base.ver
+
+    def layout_probe(self) -> np.ndarray:
+        """An int8 array with this view's shape and strides relative to its base."""
+        probe = np.empty(self.base.shape, np.int8)
+        for op, attrs, consts in self.chain:
+            probe = OPS[op].numpy(probe, *consts, **attrs)
+        return probe
 
     def copy_(self) -> "Tracer":
         """A new array with this one's current value (NumPy's copy: no aliasing)."""

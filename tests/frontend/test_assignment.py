@@ -298,6 +298,78 @@ def _recurrence_with_element_writes(a):
     return z
 
 
+def _swap_elements(a):
+    v = a[0].copy()
+    t = v[0]  # a scalar: NumPy copies it
+    v[0] = v[1]
+    v[1] = t
+    v[1], v[2] = v[2], v[1]
+    return v * a[1]
+
+
+def _transposed_reshape_copies(a):
+    y = a.T.reshape(-1)  # not contiguous: NumPy copies
+    y[0] = 100.0
+    z = a[:, ::2].reshape(-1)
+    z[1] = -1.0
+    w = a[0].reshape(3, 1)  # contiguous: a view
+    w[0] = 7.0
+    return a * y[:3].sum() + z[0]
+
+
+def _clip_out_and_astype_no_copy(a):
+    np.clip(a, -0.5, 0.5, out=a)
+    b = a.astype(a.dtype, copy=False)  # a itself
+    b[0, 0] = 2.0
+    a.clip(-0.4, 0.4, out=a)
+    return a
+
+
+def _diagonal_shows_later_writes(a):
+    d = np.diagonal(a)
+    e = a.diagonal(1)
+    a[1, 1] = a[0, 0] * 3
+    a[0, 1] = 5.0
+    return np.sum(d * d) + e
+
+
+def _list_of_traced_values(a):
+    v = a[0].copy()
+    v[:2] = (v[1], v[0])
+    v[:] = [v[2], 7.0, v[0]]
+    return v * a[1]
+
+
+def _buffer_ufunc_out_and_numpy_views(a):
+    b = np.zeros(3)
+    np.add(b, a[0], out=b)
+    c = np.zeros((3, 1))
+    t = np.transpose(c)  # a view of c taken before any traced write
+    c[0, 0] = a[1, 0]
+    return b * t[0]
+
+
+def _iterating_a_buffer(a):
+    b = np.zeros((4, 3))
+    for i, r in enumerate(b):
+        r += a[i] * i
+    return b
+
+
+def _np_array_receives_traced_values(a):
+    z = np.array(3.0)
+    z[()] = np.sum(a)
+    s = np.array([0.0, 0.0])
+    s[0] = a[0, 0]
+    s[1] = a[1, 2] * 2
+    return z * s
+
+
+def _flat_writes(a):
+    a.flat[3] = 9.0
+    return a * a.flat[4]
+
+
 CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augmented,
          _write_through_row_view, _fancy_last_write_wins, _transpose_view_write,
          _chained_index_write, _np_copy_is_a_copy, _ufunc_out, _add_at_accumulates,
@@ -310,7 +382,10 @@ CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augment
          _buffer_augmented, _leading_unit_axes_dropped, _unchanged_buffer_is_a_constant,
          _view_of_pending_writes, _stored_value_is_a_snapshot, _zero_dim_buffer,
          _rows_out_of_order_over_a_base, _stale_view_as_value,
-         _recurrence_with_element_writes]
+         _recurrence_with_element_writes, _swap_elements, _transposed_reshape_copies,
+         _clip_out_and_astype_no_copy, _diagonal_shows_later_writes, _list_of_traced_values,
+         _buffer_ufunc_out_and_numpy_views, _iterating_a_buffer,
+         _np_array_receives_traced_values, _flat_writes]
 IDS = [f.__name__.strip("_") for f in CASES]
 
 
@@ -466,3 +541,67 @@ def test_reading_back_what_a_loop_just_wrote_needs_no_full_array_nodes():
         return ops.count("concatenate"), ops.count("gather"), ops.count("where")
     assert whole_array_ops(20) == whole_array_ops(60)  # not one per step
     assert adjit.gradcheck(euler, np.array([1.0, 0.0, 2.0]), 50, static_argnums=(1,)) < 1e-6
+
+
+Y = np.array([2, 0, 1, 2])
+
+
+def _one_hot(z, y):
+    t = np.zeros_like(z)
+    t[np.arange(len(y)), y] = 1.0
+    return -np.sum(t * (z - np.log(np.sum(np.exp(z), axis=1, keepdims=True))))
+
+
+def _label_smoothing(z, y):
+    t = np.full_like(z, 0.1 / 3)
+    t[np.arange(len(y)), y] += 0.9
+    return np.sum(t * z)
+
+
+def _at_the_argmax(z, y):
+    q = z.copy()
+    q[np.argmax(z[:, 0]), 1] = 0.0
+    q[1, np.argmin(z[1])] += 2.0
+    return np.sum(np.sin(q * z))
+
+
+def _counts_by_label(z, y):
+    c = np.zeros(3)
+    np.add.at(c, y, z[:, 0])
+    g = np.zeros_like(z)
+    np.add.at(g, (np.arange(4), y), z[:, 1])
+    return np.sum(c * c) + np.sum(g * z)
+
+
+@pytest.mark.parametrize("fn", [_one_hot, _label_smoothing, _counts_by_label, _at_the_argmax],
+                         ids=["one_hot", "label_smoothing", "add_at_labels", "at_argmax"])
+def test_positions_from_traced_labels(fn):
+    np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(X, Y), fn(X.copy(), Y),
+                               rtol=1e-12)
+    assert adjit.gradcheck(fn, X, Y) < 1e-6
+
+
+def test_assignment_at_labels_that_may_repeat_is_refused():
+    def f(z, y):
+        q = z.copy()
+        q[y] = 0.0  # y holds 2 twice: which write wins would depend on the data
+        return q
+    with pytest.raises(adjit.UnsupportedError, match="np.add.at"):
+        adjit.compile(f, backend="numpy")(X, Y)
+
+
+def test_setting_shape_is_refused():
+    def f(a):
+        a.shape = (12,)
+        return a
+    with pytest.raises(adjit.UnsupportedError, match=r"x = x.reshape"):
+        adjit.compile(f, backend="numpy")(X)
+
+
+def test_diagonal_is_read_only_as_in_numpy():
+    def f(a):
+        d = np.diagonal(a)
+        d[0] = 1.0
+        return d
+    with pytest.raises(adjit.UnsupportedError, match="read-only"):
+        adjit.compile(f, backend="numpy")(X)

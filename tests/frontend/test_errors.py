@@ -63,14 +63,6 @@ def test_unsupported_linalg_function_is_named():
         adjit.grad(lambda x: np.sum(np.linalg.eig(x)[0]), backend="numpy")(np.eye(3))
 
 
-def test_assignment_at_a_traced_position_is_refused_clearly():
-    def f(x):
-        x[np.argmax(x)] = 1.0
-        return np.sum(x)
-    with pytest.raises(adjit.UnsupportedError, match=r"traced i.*adjit.where"):
-        adjit.grad(f, backend="numpy")(np.arange(3.0))
-
-
 def test_boolean_mask_index_is_refused_clearly():
     with pytest.raises(adjit.UnsupportedError, match="adjit.where"):
         adjit.grad(lambda x: np.sum(x[x > 0]), backend="numpy")(np.ones(3))
