@@ -40,6 +40,11 @@ def ops():
     return OPS
 
 
+# every output node of a group carries the same `expr`: its value types are worked out once
+# (keyed by the expr object, which the entry keeps alive, and the argument types)
+_TYPES = {}
+
+
 def value_types(in_shapes, in_dtypes, a):
     """(shape, dtype) of every value of the group (inputs then instructions), checked.
 
@@ -47,6 +52,19 @@ def value_types(in_shapes, in_dtypes, a):
     verification with the rule that broke; every instruction must have the iteration shape
     except scalar constants.
     """
+    key = (id(a["expr"]), tuple(a["shape"]), tuple(tuple(s) for s in in_shapes),
+           tuple(np.dtype(d) for d in in_dtypes))
+    hit = _TYPES.get(key)
+    if hit is not None and hit[0] is a["expr"]:
+        return hit[1]
+    types = _value_types(in_shapes, in_dtypes, a)
+    if len(_TYPES) > 4096:
+        _TYPES.clear()
+    _TYPES[key] = (a["expr"], types)
+    return types
+
+
+def _value_types(in_shapes, in_dtypes, a):
     OPS = ops()
     shape = tuple(a["shape"])
     types = [(tuple(s), np.dtype(d)) for s, d in zip(in_shapes, in_dtypes)]
@@ -117,10 +135,15 @@ def no_rule(*args, **attrs):
 
 def fused_flops(out, ins, a):
     """The group's FLOPs, shared equally among its output nodes."""
-    OPS = ops()
-    shape = tuple(a["shape"])
-    per = sum(OPS[i.op].flops(shape, [], i.attrs) for i in a["expr"] if OPS[i.op].fusion == "map")
-    return per // len(a["outputs"])
+    key = ("flops", id(a["expr"]), tuple(a["shape"]))
+    hit = _TYPES.get(key)
+    if hit is None or hit[0] is not a["expr"]:
+        OPS = ops()
+        shape = tuple(a["shape"])
+        hit = (a["expr"], sum(OPS[i.op].flops(shape, [], i.attrs) for i in a["expr"]
+                              if OPS[i.op].fusion == "map"))
+        _TYPES[key] = hit
+    return hit[1] // len(a["outputs"])
 
 
 def show(attrs) -> str:

@@ -17,6 +17,11 @@ from ..ir.graph import Graph
 from ..ir.ops import OPS
 
 
+# a group's size bound: each output node of a group lists all of the group's arguments, so
+# an unrolled loop of scalar steps fused into one group would cost outputs x arguments edges
+MAX_GROUP = 256
+
+
 def fuse_elementwise(g: Graph, reductions=True) -> Graph:
     """Return a fused copy of g (g is unchanged).
 
@@ -134,6 +139,8 @@ class _Fuser:
                 if g[u]["shape"] != g[v]["shape"]:
                     continue
                 a, b = self.find(u), self.find(v)
+                if len(self.sets[a]) + len(self.sets[b]) > MAX_GROUP:
+                    continue
                 cycle, reached = self._between(a, b)
                 if not cycle:
                     self._place(a, b, self.union(u, v), reached)

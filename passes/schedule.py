@@ -201,18 +201,24 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
     members, got, spare = {}, {}, {}
     step = 0
 
+    outputs = set(g.outputs)
+
     def dying(x, last, reads):
         """Does x's buffer die at this unit, read there through x alone (a view of it,
-        such as x.T, would read elements the unit has already overwritten)?"""
+        such as x.T, would read elements the unit has already overwritten)? reads: the
+        unit's arguments by buffer."""
         b = base[x]
-        return x not in g.outputs and kind(g[x]["op"]) not in ("view", "source") and \
-            alloc.get(b) and not any(m in g.outputs or last_use[m] > last
+        return x not in outputs and kind(g[x]["op"]) not in ("view", "source") and \
+            alloc.get(b) and not any(m in outputs or last_use[m] > last
                                      for m in members.get(b, [])) and \
-            not any(base[a] == b and a != x for a in reads)
+            reads[b] == {x}
     for unit in units(g, order):
         last = step + len(unit) - 1
         used = set()
-        reads = {a for n in unit for a in g.args(n)}
+        reads = {}
+        for n in unit:
+            for a in g.args(n):
+                reads.setdefault(base[a], set()).add(a)
         for n in unit:
             if n in taken:
                 continue

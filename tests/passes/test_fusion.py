@@ -194,3 +194,21 @@ def test_memory_estimate_counts_a_groups_temporaries(backend):
     est = f.lower(x).memory.peak_bytes
     measured = adjit.measure_peak_memory(f, x)
     assert abs(measured - est) <= 0.1 * measured, (est, measured)
+
+
+def test_an_unrolled_scalar_loop_is_cut_into_bounded_groups():
+    from adjit.passes.fusion import MAX_GROUP
+
+    def euler(p):
+        x, v = p[0], p[1]
+        for _ in range(400):
+            x, v = x + 0.01 * v, v - 0.01 * (p[2] * x + 0.1 * v)
+        return x * x
+    p = np.array([1.0, 0.0, 2.0])
+    g = simplify(adjit.trace(euler, p))
+    f = fuse_elementwise(g)
+    verify(f)
+    sizes = {f[n]["attrs"]["kernel"]: len(f[n]["attrs"]["expr"]) for n in f.nodes()
+             if f[n]["op"] == "fused"}
+    assert len(sizes) > 1 and max(sizes.values()) <= 3 * MAX_GROUP
+    assert adjit.compile(euler, backend="numpy")(p) == pytest.approx(euler(p), rel=1e-12)
