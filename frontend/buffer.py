@@ -130,6 +130,16 @@ class Buffer(np.ndarray):
         return getattr(ufunc, method)(*plain, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        from .numpy_api import INPLACE
+        if func in INPLACE and args and isinstance(args[0], Buffer) and _holds_traced(
+                (args, kwargs)):
+            # np.copyto(b, traced) & co: on b's value as a tracer, then stored back into b
+            target = args[0]
+            tv = traced_value(target)
+            value = (tv if tv is not None else _lifted(target)).copy_()
+            func(value, *_resolve_tree(args[1:]), **_resolve_tree(kwargs))
+            target[...] = value
+            return None
         if _holds_traced((args, kwargs)):
             if not _holds_promoted((args, kwargs)):
                 return NotImplemented  # a Tracer argument: its own dispatch takes it

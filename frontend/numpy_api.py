@@ -395,6 +395,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if out is not None:
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        if isinstance(target, B.Buffer) and method == "__call__":
+            target[...] = array_ufunc(ufunc, method, inputs, kwargs)
+            return target
         if not isinstance(target, Tracer):
             raise UnsupportedError(
                 f"np.{ufunc.__name__}(..., out=a) would write traced values into the NumPy "
@@ -518,6 +521,64 @@ def array_function(func, args, kwargs):
     return r.copy_()  # NumPy answers with a new array: it must not alias an argument
 
 
+# -- NumPy's in-place functions: stores into their first argument (a Tracer here) -----------
+def _copyto(dst, src, casting="same_kind", where=True):
+    if where is True:
+        _setitem(dst, Ellipsis, src)
+    else:
+        _setitem(dst, Ellipsis, F.where(where, F.cast(src, dst.dtype) if isinstance(
+            src, Tracer) else np.asarray(src, dst.dtype), dst))
+
+
+def _put(a, ind, v, mode="raise"):
+    if mode != "raise":
+        _unsupported(f"put with mode={mode!r}")
+    flat = _reshape(a, -1)
+    if flat is not a and flat.base is None:
+        _unsupported("put into a non-contiguous view")
+    ind = np.asarray(ind) if not isinstance(ind, Tracer) else ind
+    _setitem(flat, ind, v)
+
+
+def _putmask(a, mask, values):
+    if int(np.prod(F._shape_of(values), dtype=np.int64)) != 1 and \
+            F._shape_of(values) != a.shape:
+        _unsupported("putmask with values that repeat to fill the mask (give one value or "
+                     "an array of a's shape)")
+    values = F.broadcast_to(B.resolve(values), a.shape) if F._shape_of(values) != a.shape \
+        else B.resolve(values)
+    _setitem(a, Ellipsis, F.where(mask, F.cast(values, a.dtype) if isinstance(
+        values, Tracer) else np.asarray(values, a.dtype), a))
+
+
+def _put_along_axis(arr, indices, values, axis):
+    ax = F._norm_axes((axis,), arr.ndim, "put_along_axis")[0]
+    key = []
+    for i in range(arr.ndim):
+        if i == ax:
+            key.append(indices)
+        else:
+            shape = [1] * arr.ndim
+            shape[i] = arr.shape[i]
+            key.append(np.arange(arr.shape[i]).reshape(shape))
+    _setitem(arr, tuple(key), values)
+
+
+def _fill_diagonal(a, val, wrap=False):
+    if a.ndim != 2 and len(set(a.shape)) != 1:
+        _unsupported("fill_diagonal of a non-square array with more than 2 axes")
+    n = min(a.shape) if a.ndim == 2 else a.shape[0]
+    i = np.arange(n)
+    if wrap and a.ndim == 2 and a.shape[0] > a.shape[1] + 1:
+        _unsupported("fill_diagonal with wrap=True")
+    _setitem(a, (i,) * a.ndim, val)
+
+
+FUNCTIONS.update({np.copyto: _copyto, np.put: _put, np.putmask: _putmask,
+                  np.put_along_axis: _put_along_axis, np.fill_diagonal: _fill_diagonal})
+INPLACE = {np.copyto, np.put, np.putmask, np.put_along_axis, np.fill_diagonal}
+
+
 # the functions that NumPy answers with a view of their argument (writes go through to it)
 _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
           np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
@@ -598,8 +659,9 @@ def _install():
     for name in ("clip", "flatten", "round", "sum", "prod", "mean", "max", "min",
                  "cumsum", "cumprod", "repeat", "take", "dot"):
         setattr(T, name, _copied(getattr(T, name)))
-    T.sort = _inplace("sort", "np.sort(x)")
-    T.fill = _inplace("fill", "np.full_like(x, value)")
+    T.sort = lambda s, axis=-1, kind=None, order=None: _setitem(s, Ellipsis,
+                                                                C.sort(s, axis))
+    T.fill = lambda s, value: _setitem(s, Ellipsis, value)
     T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
     T.imag = property(lambda s: F.zeros_like(s))
     T.flat = property(_flat)
@@ -625,13 +687,6 @@ def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):
     if s.dtype == np.dtype(dtype):
         return s.copy_() if copy else s
     return F.cast(s, dtype)
-
-
-def _inplace(name, instead):
-    def method(s, *args, **kwargs):
-        raise UnsupportedError(f"x.{name}() changes an array in place, which a traced function "
-                               f"cannot do{_at(user_where())}; use {instead} instead")
-    return method
 
 
 # -- np.array and friends -------------------------------------------------------------------

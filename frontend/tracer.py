@@ -386,9 +386,10 @@ class Tracer:
                                                                           "int")):
             raise TraceError(
                 f"a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
-                "only hold numbers. Create the array inside the function with np.zeros, "
-                "np.empty, np.ones, np.full (or their *_like forms) so adjit follows it, or "
-                "collect the values in a list and np.stack them.")
+                "only hold numbers. adjit follows float arrays created inside the function "
+                "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms); "
+                "create the array there (an integer or boolean array cannot hold traced "
+                "values: make it float), or collect the values in a list and np.stack them.")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.sum([a, b]) needs "

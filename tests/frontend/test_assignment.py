@@ -370,6 +370,26 @@ def _flat_writes(a):
     return a * a.flat[4]
 
 
+def _fill_and_sort_in_place(a):
+    b = a.copy()
+    b.sort(axis=1)
+    c = a[0].copy()
+    c.fill(2.0)
+    return b * c
+
+
+def _numpy_in_place_functions(a):
+    b = np.zeros_like(a)
+    np.copyto(b, a * 2)
+    np.copyto(b, 0.0, where=a > 0.3)
+    np.put(b, [0, 5], a[1, :2])
+    np.putmask(b, a < -0.5, 1.0)
+    np.put_along_axis(b, np.argmax(a, axis=1, keepdims=True), 0.0, axis=1)
+    d = np.zeros((3, 3))
+    np.fill_diagonal(d, a[0])
+    return b + np.concatenate([d @ a[:3], a[3:]])
+
+
 CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augmented,
          _write_through_row_view, _fancy_last_write_wins, _transpose_view_write,
          _chained_index_write, _np_copy_is_a_copy, _ufunc_out, _add_at_accumulates,
@@ -385,7 +405,8 @@ CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augment
          _recurrence_with_element_writes, _swap_elements, _transposed_reshape_copies,
          _clip_out_and_astype_no_copy, _diagonal_shows_later_writes, _list_of_traced_values,
          _buffer_ufunc_out_and_numpy_views, _iterating_a_buffer,
-         _np_array_receives_traced_values, _flat_writes]
+         _np_array_receives_traced_values, _flat_writes, _fill_and_sort_in_place,
+         _numpy_in_place_functions]
 IDS = [f.__name__.strip("_") for f in CASES]
 
 
