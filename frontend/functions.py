@@ -394,6 +394,10 @@ def getitem(x, key):
 
 
 def _getitem(x, key):
+    mask = traced_mask(x, key)
+    if mask is not None:
+        from .masked import Selection
+        return Selection.of(x, mask)  # x[x > 0]: only for writing back (see masked.py)
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
                 for k in _norm_index(_static_masks(key), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
@@ -431,6 +435,23 @@ def _grid(shape):
     g = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
     g.flags.writeable = False
     return g
+
+
+def traced_mask(x, key):
+    """The traced boolean mask when key is one (x[mask], x[mask, ...]), else None."""
+    raw = key if isinstance(key, tuple) else (key,)
+    while raw and (raw[-1] is Ellipsis or (isinstance(raw[-1], slice)
+                                           and raw[-1] == slice(None))):
+        raw = raw[:-1]
+    if len(raw) != 1:
+        return None
+    m = resolve(raw[0]) if isinstance(raw[0], Buffer) else raw[0]
+    if not (isinstance(m, Tracer) and m.dtype == np.bool_):
+        return None
+    if m.shape != x.shape[:m.ndim]:
+        raise ShapeError(f"boolean index of shape {m.shape} does not match the array of shape "
+                         f"{x.shape}{_at(user_where())}")
+    return m
 
 
 def advanced_key(x, key):

@@ -15,6 +15,7 @@ import numpy as np
 from ..ir.errors import ShapeError, UnsupportedError
 from . import buffer as B
 from . import composites as C
+from .masked import Selection, same_mask
 from . import functions as F
 from . import linalg as LA
 from . import numeric as N
@@ -806,19 +807,22 @@ def _writable(s):
 def _setitem(s, k, v):
     """x[k] = v: x (and its views, and the array it views) now hold the new values."""
     _writable(s)
-    mask = B.resolve(k)
-    if isinstance(mask, Tracer) and mask.dtype == np.bool_:
-        # x[x > t] = v: a select when v is one value (more values would need the count)
-        if mask.shape != s.shape[:mask.ndim]:
-            raise ShapeError(f"boolean index of shape {mask.shape} does not match the array "
-                             f"of shape {s.shape}{_at(user_where())}")
+    mask = F.traced_mask(s, k)
+    if mask is not None:
+        # x[x > t] = v: a select when v is one value (more values would need the count),
+        # or x[m] = f(x[m]) with the same mask (a Selection, see masked.py)
+        m = F.reshape(mask, mask.shape + (1,) * (s.ndim - mask.ndim))
+        if isinstance(v, Selection):
+            if not same_mask(v.mask, mask):
+                v._refuse("x[mask] = y[other_mask]")
+            s.assign(F.cast(F.where(m, F.cast(v.full, s.dtype), s), s.dtype))
+            return
         v = B.resolve(v)
         if int(np.prod(F._shape_of(v), dtype=np.int64)) != 1:
             raise UnsupportedError(
                 f"x[mask] = values with a traced mask{_at(user_where())}: how many values are "
                 "taken depends on the data; write x = np.where(mask, new_values, x) instead")
         v = F.reshape(v, ()) if isinstance(v, Tracer) else np.asarray(v).reshape(())
-        m = F.reshape(mask, mask.shape + (1,) * (s.ndim - mask.ndim))
         s.assign(F.cast(F.where(m, F.cast(v, s.dtype), s), s.dtype))
         return
     traced = F.traced_positions(s, k)

@@ -390,6 +390,19 @@ def _numpy_in_place_functions(a):
     return b + np.concatenate([d @ a[:3], a[3:]])
 
 
+def _masked_updates(a):
+    x = a.copy()
+    x[x > 0] *= 3
+    m = np.abs(a) < 0.8
+    x[m] = np.exp(x[m]) - 1
+    x[~m] /= 2
+    y = a * 2
+    x[a[:, 0] > 0] = y[a[:, 0] > 0] + 1  # the mask written twice: the same mask
+    b = np.zeros((4, 3))
+    b[a > 0] = a[a > 0] ** 2
+    return x + b
+
+
 CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augmented,
          _write_through_row_view, _fancy_last_write_wins, _transpose_view_write,
          _chained_index_write, _np_copy_is_a_copy, _ufunc_out, _add_at_accumulates,
@@ -406,7 +419,7 @@ CASES = [_copy_then, _column_update, _view_sees_later_write, _alias_sees_augment
          _clip_out_and_astype_no_copy, _diagonal_shows_later_writes, _list_of_traced_values,
          _buffer_ufunc_out_and_numpy_views, _iterating_a_buffer,
          _np_array_receives_traced_values, _flat_writes, _fill_and_sort_in_place,
-         _numpy_in_place_functions]
+         _numpy_in_place_functions, _masked_updates]
 IDS = [f.__name__.strip("_") for f in CASES]
 
 
@@ -626,3 +639,21 @@ def test_diagonal_is_read_only_as_in_numpy():
         return d
     with pytest.raises(adjit.UnsupportedError, match="read-only"):
         adjit.compile(f, backend="numpy")(X)
+
+
+def test_masked_update_keeps_the_gradient_finite_where_the_mask_is_off():
+    def f(a):
+        x = a.copy()
+        x[x > 0] = np.log(x[x > 0])  # log is singular at the unselected 0
+        return np.sum(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        g = adjit.grad(f, backend="numpy")(np.array([0.0, 1.0, 2.0, -1.0]))
+    np.testing.assert_allclose(g, [1.0, 1.0, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("fn", [lambda a: np.sum(a[a > 0]), lambda a: len(a[a > 0]),
+                                lambda a: a[a > 0][0]],
+                         ids=["sum", "len", "index"])
+def test_other_uses_of_a_traced_mask_selection_are_refused(fn):
+    with pytest.raises(adjit.UnsupportedError, match=r"adjit.where\(mask, x, 0\)"):
+        adjit.compile(fn, backend="numpy")(X)
