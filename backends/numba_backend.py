@@ -132,7 +132,7 @@ class NumbaCodegen(Codegen):
         g = self.g
         d0 = g[run[0]]
         a = d0["attrs"]
-        if _size(a["shape"]) < self.min_kernel_size:
+        if _size(a["shape"]) < self.min_kernel_size or not _numba_types(g, d0["args"], run):
             return numpy_group(self, run)
         args = d0["args"]
         return self._kernel_call(a, {g[n]["attrs"]["output"]: n for n in run},
@@ -144,7 +144,8 @@ class NumbaCodegen(Codegen):
         alone stay NumPy calls: np.sum's pairwise SIMD loop is as fast as a kernel's."""
         g = self.g
         d = g[n]
-        if OPS[d["op"]].fusion != "map" or _size(d["shape"]) < self.min_kernel_size:
+        if OPS[d["op"]].fusion != "map" or _size(d["shape"]) < self.min_kernel_size or \
+                not _numba_types(g, d["args"], [n]):
             return super().emit_node(n)
         exprs, shapes, dtypes, loads = [], [], [], []
         for x in d["args"]:
@@ -257,6 +258,12 @@ def quiet_pedantic_checks():
     program (results are tested against NumPy). Shown to a user it reads like a failure, so
     that one category from numba.core.ssa is ignored."""
     warnings.filterwarnings("ignore", message=".*is not in scope", module="numba.core.ssa")
+
+
+def _numba_types(g, args, nodes) -> bool:
+    """Can numba compile a kernel over these dtypes? (It has no float16: such groups run as
+    NumPy code, which computes float16 as NumPy does.)"""
+    return all(g[x]["dtype"] != np.float16 for x in list(args) + list(nodes))
 
 
 def build(g, fn_name="program", min_kernel_size=MIN_KERNEL_SIZE, parallel_size=PARALLEL_SIZE,

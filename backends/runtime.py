@@ -58,6 +58,7 @@ class Program:
         self.kernels = kernels or {}
         self._prepare = prepare or (lambda a: a)
         self._finish = finish or (lambda a: a)
+        self._fresh = _shared_outputs(graph)
 
     @property
     def ir(self) -> str:
@@ -79,11 +80,32 @@ class Program:
         """Run on the flattened array leaves of the non-static arguments."""
         prep, fin = self._prepare, self._finish
         outs = self.fn(*[prep(x) for x in leaves])
+        if self._fresh:
+            outs = list(outs)
+            for i in self._fresh:
+                if hasattr(outs[i], "copy"):
+                    outs[i] = outs[i].copy()
         return pytree.unflatten(self.out_tree, [fin(o) for o in outs])
 
     def __repr__(self):
         return f"<adjit.Program {self.backend} {self.graph.meta.get('fn_name', '')}: " \
                f"{len(self.graph)} nodes, {self.memory}>"
+
+
+def _shared_outputs(graph) -> list:
+    """Results that would be one array returned twice (two equal gradients made one node) or
+    a constant the program keeps between calls: each call returns its own copy of those, so
+    that writing into one result never changes another, or the next call's."""
+    from ..ir.ops import OPS
+    out, seen = [], set()
+    for i, o in enumerate(graph.outputs):
+        n = o
+        while OPS[graph[n]["op"]].kind == "view" and graph.args(n):
+            n = graph.args(n)[0]
+        if o in seen or graph[n]["op"] == "const":
+            out.append(i)
+        seen.add(o)
+    return out
 
 
 def measure_peak_memory(fn, *args, exclude_results=False) -> int:

@@ -7,12 +7,13 @@ Program per signature of argument shapes, dtypes and static values.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import os
 
 import numpy as np
 
-from ..ir.errors import GradError, ShapeError
+from ..ir.errors import GradError, OptionError, ShapeError
 from . import functions as F
 from . import pytree
 from .trace import check_differentiable, leaf_spec, replay, trace
@@ -64,8 +65,7 @@ class Compiled:
         self._traced = traced or fn
         self.options = dict(backend=backend, fuse=fuse, checkpoint=checkpoint,
                             memory_budget=memory_budget, **backend_options)
-        self.static_argnums = tuple(static_argnums) if not isinstance(static_argnums, int) \
-            else (static_argnums,)
+        self.static_argnums = _static(static_argnums, fn)
         self.__name__ = name or getattr(fn, "__name__", "fn")
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -212,7 +212,7 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
                                  memory_budget=memory_budget, static_argnums=static_argnums,
                                  **backend_options)
     opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
-                static_argnums=_static(static_argnums), **backend_options)
+                static_argnums=_static(static_argnums, fn), **backend_options)
     return _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
 
 
@@ -222,6 +222,8 @@ def _norm_argnums(argnums, nargs, static):
     nums = tuple(argnums) if many else (argnums,)
     out = []
     for a in nums:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise GradError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
         if not -nargs <= a < nargs:
             raise GradError(f"argnums {a} is out of range for {nargs} arguments")
         a %= nargs
@@ -344,7 +346,7 @@ def grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     >>> adjit.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
     return _cached("grad", fn, lambda: _make_grad(fn, argnums, has_aux, static,
                                                   compile_options), key)
@@ -371,18 +373,43 @@ def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile
     >>> float(v), g
     (9.0, array([6.]))
     """
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
     return _cached("value_and_grad", fn, lambda: Compiled(
         fn, _grad_traced(fn, argnums, has_aux, True, static), static_argnums=static,
         name=f"value_and_grad_{_fn_name(fn)}", **compile_options), key)
 
 
-def _static(s):
-    return (s,) if isinstance(s, int) else tuple(s)
+def _static(s, fn=None):
+    """static_argnums as a tuple of non-negative positions; negative ones count from the end
+    of fn's positional parameters, as in JAX. Checked against fn's signature when it has a
+    fixed number of them."""
+    import inspect
+    nums = (s,) if isinstance(s, (int, np.integer)) else tuple(s)
+    if any(not isinstance(a, (int, np.integer)) or isinstance(a, bool) for a in nums):
+        raise OptionError(f"static_argnums must be ints or a tuple of ints, got {s!r}")
+    try:
+        params = inspect.signature(fn).parameters.values() if fn is not None else None
+    except (TypeError, ValueError):
+        params = None
+    if params is None or any(p.kind == p.VAR_POSITIONAL for p in params):
+        if any(a < 0 for a in nums):
+            raise OptionError(f"static_argnums {s!r}: negative positions need a function "
+                              "with a fixed number of positional parameters")
+        return tuple(int(a) for a in nums)
+    n = sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    for a in nums:
+        if not -n <= a < n:
+            raise OptionError(f"static_argnums {a} is out of range: "
+                              f"{getattr(fn, '__name__', 'the function')} takes {n} "
+                              "positional arguments")
+    return tuple(int(a) % n for a in nums)
 
 
-_TRANSFORMS = {}
+_TRANSFORMS = collections.OrderedDict()
+# the most recently used transformations kept: each holds its function (and the arrays the
+# function closes over), so a new lambda per training step must not pile up
+_TRANSFORMS_KEPT = 32
 
 
 def _cached(kind, fn, make, options):
@@ -394,9 +421,11 @@ def _cached(kind, fn, make, options):
     except TypeError:
         return make()
     if c is None:
-        if len(_TRANSFORMS) > 256:
-            _TRANSFORMS.clear()
         c = _TRANSFORMS[key] = make()
+        while len(_TRANSFORMS) > _TRANSFORMS_KEPT:
+            _TRANSFORMS.popitem(last=False)
+    else:
+        _TRANSFORMS.move_to_end(key)
     return c
 
 
@@ -527,7 +556,7 @@ def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_optio
     array([[2., 0.],
            [0., 4.]])
     """
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
 
     @functools.wraps(fn)
     def traced(*args):
@@ -611,7 +640,7 @@ def hessian(fn, argnums=0, *, static_argnums=(), **compile_options):
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
     inner = jacobian(grad(fn, argnums, static_argnums=static), argnums,
                      static_argnums=static)
     return Compiled(fn, inner._traced, static_argnums=static, name=f"hessian_{_fn_name(fn)}",
@@ -627,7 +656,7 @@ def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
     array([6., 0.])
     """
     from ..passes.autodiff import derive_tangent
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
     g_fn = grad(fn, argnums, static_argnums=static)
 
     @functools.wraps(fn)
@@ -662,7 +691,7 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
     def f64(x):
         a = np.asarray(x)
         return a.astype(np.float64) if a.dtype.kind == "f" else a
-    static = _static(static_argnums)
+    static = _static(static_argnums, fn)
     args = [a if i in static else
             pytree.unflatten(pytree.flatten(a)[1], [f64(x) for x in pytree.flatten(a)[0]])
             for i, a in enumerate(args)]

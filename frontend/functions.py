@@ -888,10 +888,16 @@ def logsumexp(x, axis=None, keepdims=False):
     >>> round(float(adjit.logsumexp(np.array([1000.0, 1000.0]))), 6)
     1000.693147
     """
-    # the shift cancels mathematically, so no cotangent needs to flow through the max
-    m = stop_gradient(max(x, axis=axis, keepdims=True))
+    # the shift cancels mathematically, so no cotangent needs to flow through the max; an
+    # infinite max is not subtracted (inf - inf), so the result is +-inf as NumPy's log(sum(exp))
+    m = max(x, axis=axis, keepdims=True)
+    m = stop_gradient(where(equal_inf(m), zeros_like(m), m))
     s = add(log(sum(exp(sub(x, m)), axis=axis, keepdims=True)), m)
     return s if keepdims else squeeze(s, _axes(x, axis))
+
+
+def equal_inf(m):
+    return eq(abs(m), np.inf)
 
 
 @_resolving

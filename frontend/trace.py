@@ -45,7 +45,18 @@ def leaf_spec(leaf, what):
     if a.dtype == object or a.dtype.kind not in "biufc":
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
                          "only (pass other values as static arguments: static_argnums=...)")
+    if a.dtype.kind == "c":
+        raise TraceError(f"argument {what} is complex ({a.dtype}); adjit has no complex "
+                         "dtype: pass the real and imaginary parts as two float arrays")
     return a.shape, a.dtype, False
+
+
+def _numeric(x) -> bool:
+    try:
+        a = np.asarray(x)
+    except Exception:  # noqa: BLE001 - not an array at all
+        return False
+    return a.dtype != object and a.dtype.kind in "biuf"
 
 
 def trace(fn, *args, static_argnums=()):
@@ -78,10 +89,15 @@ def trace(fn, *args, static_argnums=()):
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
         out = fn(*call_args)
-        out_leaves, out_tree, _ = pytree.flatten(out, "out")
+        out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs = []
-        for leaf in out_leaves:
+        for leaf, path in zip(out_leaves, _out_paths):
             leaf = resolve(leaf)
+            if not isinstance(leaf, Tracer) and not _numeric(leaf):
+                raise TraceError(
+                    f"{getattr(fn, '__name__', 'the function')} returned "
+                    f"{type(leaf).__name__} {leaf!r:.40} at {path}; results (aux outputs "
+                    "included) must be arrays or numbers")
             if not isinstance(leaf, Tracer):
                 from . import functions as F
                 leaf = F.const(leaf)

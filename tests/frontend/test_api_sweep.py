@@ -1,0 +1,72 @@
+"""API cases from a sweep of how users call the transformations; each was a wrong number, a
+crash or an unclear error before."""
+import numpy as np
+import pytest
+
+import adjit
+from adjit.frontend import api
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_equal_gradients_are_separate_arrays(backend):
+    gf = adjit.grad(lambda p, x: np.sum(p["a"] * x) + np.sum(p["b"] * x), backend=backend)
+    p = {"a": np.ones(3), "b": np.ones(3), "unused": np.ones(3)}
+    acc = gf(p, np.ones(3))
+    for k in acc:
+        acc[k] += gf(p, np.ones(3))[k]
+    np.testing.assert_array_equal(acc["a"], [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(acc["b"], [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(acc["unused"], [0.0, 0.0, 0.0])
+    a, b = adjit.compile(lambda x: (x * 2, x * 2), backend=backend)(np.ones(3))
+    assert a is not b
+
+
+def test_a_constant_result_is_a_new_array_each_call():
+    c = adjit.compile(lambda x: (x * 2, np.zeros(3)), backend="numpy")
+    _, z = c(np.ones(2))
+    z[0] = 5.0
+    np.testing.assert_array_equal(c(np.ones(2))[1], np.zeros(3))
+
+
+def test_logsumexp_of_infinities_is_infinite_as_in_numpy():
+    with np.errstate(divide="ignore"):
+        assert adjit.logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
+        got = adjit.compile(lambda x: adjit.logsumexp(x, axis=1), backend="numpy")(
+            np.array([[-np.inf, -np.inf], [1.0, 2.0], [np.inf, 0.0]]))
+    np.testing.assert_allclose(got, [-np.inf, np.logaddexp(1.0, 2.0), np.inf])
+    np.testing.assert_allclose(adjit.grad(lambda x: adjit.logsumexp(x))(np.array([1.0, 2.0])),
+                               np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum())
+
+
+def test_float16_runs_on_the_numba_backend_as_numpy_code():
+    x = np.ones(5000, np.float16)
+    g = adjit.grad(lambda x: np.sum(x * x), backend="numba", min_kernel_size=0)(x)
+    assert g.dtype == np.float16 and np.all(g == 2)
+
+
+def test_complex_arguments_and_string_results_are_refused_clearly():
+    with pytest.raises(adjit.TraceError, match="no complex dtype"):
+        adjit.compile(lambda x: x * 2, backend="numpy")(np.array([1 + 1j]))
+    with pytest.raises(adjit.TraceError, match=r"returned str 'ok' at out\[1\]\['tag'\]"):
+        adjit.grad(lambda x: (np.sum(x), {"tag": "ok"}), has_aux=True)(np.ones(2))
+
+
+def test_static_argnums_count_from_the_end_and_are_checked():
+    f = adjit.compile(lambda w, n: w * (2.0 if n > 1 else 1.0), static_argnums=-1,
+                      backend="numpy")
+    np.testing.assert_array_equal(f(np.ones(2), 3), [2.0, 2.0])
+    with pytest.raises(adjit.OptionError, match="out of range"):
+        adjit.compile(lambda w: w * 2, static_argnums=(3,))
+    with pytest.raises(adjit.OptionError, match="ints"):
+        adjit.compile(lambda w: w * 2, static_argnums="0")
+
+
+def test_argnums_must_be_integers():
+    with pytest.raises(adjit.GradError, match="argnums must be an int"):
+        adjit.grad(lambda w: np.sum(w), argnums="0")(np.ones(2))
+
+
+def test_the_transformation_cache_keeps_only_recent_functions():
+    for i in range(api._TRANSFORMS_KEPT + 10):
+        adjit.grad(lambda w, i=i: np.sum(w * i), backend="numpy")(np.ones(2))
+    assert len(api._TRANSFORMS) <= api._TRANSFORMS_KEPT
