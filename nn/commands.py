@@ -373,6 +373,17 @@ def _user_args(fn, specs):
 def _user_program(args):
     fn = _load_function(args.target)
     call_args, names = _user_args(fn, args.arg)
+    try:
+        return _lower_user_program(args, fn, call_args, names)
+    except (KeyError, IndexError) as e:
+        # the function looked up an entry the --arg options did not build
+        key = e.args[0] if e.args else "KEY"
+        raise ValueError(f"{fn.__name__} raised {type(e).__name__} {e} while being traced; "
+                         f"is an --arg missing for that entry (e.g. --arg NAME.{key}"
+                         "=float32[...])?") from None
+
+
+def _lower_user_program(args, fn, call_args, names):
     options = dict(backend=args.backend, fuse=args.fuse, checkpoint=args.checkpoint)
     if args.grad:
         if args.wrt is not None and args.wrt not in names:

@@ -35,6 +35,9 @@ def pairs(g, donate_argnums) -> list:
     donate_argnums = normalize(donate_argnums)
     ranges = leaf_ranges(g)
     trees = g.meta.get("in_trees")
+    if trees:  # negative positions count from the end, as in argnums
+        n = len(trees)
+        donate_argnums = tuple(a % n if -n <= a < 0 else a for a in donate_argnums)
     for a in donate_argnums:
         if a not in ranges:
             raise AdjitError(f"donate_argnums names argument {a}, but the function's array "

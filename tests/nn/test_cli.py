@@ -169,6 +169,8 @@ def test_inspect_a_user_function(capsys, tmp_path):
     (["{f}:double", "--arg", "x=[2]"], "cannot read the argument spec"),
     (["{f}:double", "--arg", "x=float32[2]", "--show", "asm"], "unknown part 'asm'"),
     (["nofile.py:f"], "nofile.py: no such file"),
+    (["{f}:loss", "--arg", "params.V=float32[3,5]", "--arg", "X=float32[2,5]", "--arg",
+      "y=int64[2]"], "raised KeyError 'W' while being traced; is an --arg missing"),
 ])
 def test_inspect_errors(capsys, tmp_path, argv, message):
     f = tmp_path / "model.py"
