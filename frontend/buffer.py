@@ -41,7 +41,7 @@ class Buffer(np.ndarray):
         np.ndarray.__setattr__(self, "_shadow", None)
 
     def __reduce__(self):  # pickles as the plain array it stands for
-        return np.asarray(resolve_value(self)).__reduce__()
+        return np.asarray(resolve(self)).__reduce__()
 
     # -- reading ---------------------------------------------------------------------------
     def __getattribute__(self, name):
@@ -244,24 +244,21 @@ def resolve(x):
     return x
 
 
-def resolve_value(x):
-    return resolve(x)
+def _map_tree(obj, fn):
+    """fn applied to every leaf of nested lists, tuples and dicts (NumPy's arguments)."""
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_map_tree(v, fn) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tree(v, fn) for k, v in obj.items()}
+    return fn(obj)
 
 
 def _resolve_tree(obj):
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_resolve_tree(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _resolve_tree(v) for k, v in obj.items()}
-    return resolve(obj)
+    return _map_tree(obj, resolve)
 
 
 def _plain_tree(obj):
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_plain_tree(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _plain_tree(v) for k, v in obj.items()}
-    return obj.view(np.ndarray) if isinstance(obj, Buffer) else obj
+    return _map_tree(obj, lambda x: x.view(np.ndarray) if isinstance(x, Buffer) else x)
 
 
 def _lifted(b):

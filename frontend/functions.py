@@ -556,9 +556,10 @@ def index_target(x, key, v, grid=None):
     return pos, _value_for(v, pos.shape, x)
 
 
-def take_along_axis(x, indices, axis):
-    """np.take_along_axis as a gather with broadcast aranges on the other axes."""
-    ax = _norm_axes((axis,), x.ndim, "take_along_axis")[0]
+def along_axis_key(x, indices, axis, what="take_along_axis"):
+    """The index of np.take_along_axis / np.put_along_axis: `indices` on `axis`, broadcast
+    aranges on the other axes."""
+    ax = _norm_axes((axis,), x.ndim, what)[0]
     key = []
     for i in range(x.ndim):
         if i == ax:
@@ -567,7 +568,12 @@ def take_along_axis(x, indices, axis):
             shape = [1] * x.ndim
             shape[i] = x.shape[i]
             key.append(np.arange(x.shape[i]).reshape(shape))
-    return getitem(x, tuple(key))
+    return tuple(key)
+
+
+def take_along_axis(x, indices, axis):
+    """np.take_along_axis as a gather with broadcast aranges on the other axes."""
+    return getitem(x, along_axis_key(x, indices, axis))
 
 
 @_resolving

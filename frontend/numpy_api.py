@@ -523,12 +523,19 @@ def array_function(func, args, kwargs):
 
 
 # -- NumPy's in-place functions: stores into their first argument (a Tracer here) -----------
+def _select_into(dst, mask, values):
+    """dst[...] = where(mask, values, dst), values taking dst's dtype."""
+    values = B.resolve(values)
+    values = F.cast(values, dst.dtype) if isinstance(values, Tracer) else \
+        np.asarray(values, dst.dtype)
+    _setitem(dst, Ellipsis, F.where(mask, values, dst))
+
+
 def _copyto(dst, src, casting="same_kind", where=True):
     if where is True:
         _setitem(dst, Ellipsis, src)
     else:
-        _setitem(dst, Ellipsis, F.where(where, F.cast(src, dst.dtype) if isinstance(
-            src, Tracer) else np.asarray(src, dst.dtype), dst))
+        _select_into(dst, where, src)
 
 
 def _put(a, ind, v, mode="raise"):
@@ -546,23 +553,11 @@ def _putmask(a, mask, values):
             F._shape_of(values) != a.shape:
         _unsupported("putmask with values that repeat to fill the mask (give one value or "
                      "an array of a's shape)")
-    values = F.broadcast_to(B.resolve(values), a.shape) if F._shape_of(values) != a.shape \
-        else B.resolve(values)
-    _setitem(a, Ellipsis, F.where(mask, F.cast(values, a.dtype) if isinstance(
-        values, Tracer) else np.asarray(values, a.dtype), a))
+    _select_into(a, mask, values)
 
 
 def _put_along_axis(arr, indices, values, axis):
-    ax = F._norm_axes((axis,), arr.ndim, "put_along_axis")[0]
-    key = []
-    for i in range(arr.ndim):
-        if i == ax:
-            key.append(indices)
-        else:
-            shape = [1] * arr.ndim
-            shape[i] = arr.shape[i]
-            key.append(np.arange(arr.shape[i]).reshape(shape))
-    _setitem(arr, tuple(key), values)
+    _setitem(arr, F.along_axis_key(arr, indices, axis, "put_along_axis"), values)
 
 
 def _fill_diagonal(a, val, wrap=False):
