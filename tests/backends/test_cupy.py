@@ -253,3 +253,29 @@ def test_gpu_peak_memory_is_read_from_the_pool():
     peak = adjit.measure_peak_memory(f, *args)
     estimate = f.lower(*args).memory.peak_bytes
     assert 0 < peak and estimate / 4 <= peak <= 4 * estimate + 2 ** 20
+
+
+# -- assignment programs (concatenations of written rows, gathers, scatters, selects) ----------
+def _assignment_cases():
+    import sys
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
+    from test_assignment import (_masked_updates, _numpy_in_place_functions, _rnn_hidden_states,
+                                 _recurrence_with_element_writes, _fancy_last_write_wins,
+                                 _transposed_reshape_copies, X)
+    return X, [_masked_updates, _numpy_in_place_functions, _rnn_hidden_states,
+               _recurrence_with_element_writes, _fancy_last_write_wins,
+               _transposed_reshape_copies]
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_assignment_programs_on_the_host_runtime_equal_numpy(host, k):
+    X, fns = _assignment_cases()
+    fn = fns[k]
+
+    def loss(a):
+        return np.sum(np.sin(fn(a) + 0.3))
+    want = adjit.value_and_grad(loss, backend="numpy")(X)
+    got = lower(adjit.value_and_grad(loss), X, runtime=host)(X)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-12)
