@@ -711,6 +711,12 @@ def _from_nested(obj, orig):
     return orig(obj)
 
 
+def _forces_copy(copy) -> bool:
+    """np.array's copy=: True (or np._CopyMode.ALWAYS) copies; None, False, IF_NEEDED not."""
+    mode = getattr(np, "_CopyMode", None)
+    return copy is True or (mode is not None and copy is mode.ALWAYS)
+
+
 def _accepting(orig):
     @functools.wraps(orig)
     def constructor(obj, *args, **kwargs):
@@ -723,7 +729,8 @@ def _accepting(orig):
         dtype = kwargs.get("dtype", args[0] if args else None)
         out = _from_nested(obj, orig)
         out = F.cast(out, dtype) if dtype is not None else out
-        if orig.__name__ == "array" and out is B.resolve(obj) and kwargs.get("copy", True):
+        if orig.__name__ == "array" and out is B.resolve(obj) and _forces_copy(
+                kwargs.get("copy", True)):
             return out.copy_()  # np.array copies unless told not to
         return out
     return constructor
