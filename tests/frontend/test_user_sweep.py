@@ -83,6 +83,10 @@ def test_scipy_special_compositions():
         assert adjit.gradcheck(lambda a: np.sum(fn(a)), p) < 1e-6
     with pytest.raises(adjit.UnsupportedError, match=r"erf \(not NumPy's"):
         adjit.compile(sp.erf, backend="numpy")(p)
+    # scipy.special.softmax is written in NumPy (np.array(..., copy=np._CopyMode...))
+    f = lambda a: np.sum(sp.softmax(a, axis=1) ** 2)  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(p), f(p), rtol=1e-12)
+    assert adjit.gradcheck(f, p) < 1e-6
 
 
 def test_mask_assignment_of_several_values_is_refused_clearly():
