@@ -723,7 +723,8 @@ def diagonal(x, offset=0, axis1=0, axis2=1):
     d = getitem(x, (rows, rows + offset))
     if isinstance(d, Tracer):
         # NumPy's diagonal is a read-only view: it shows later writes to x
-        d.view_of(x, "gather", {"key": (("a", 0), ("a", 1))}, (rows, rows + offset))
+        d.view_of(x, "gather", {"key": (("a", 0), ("a", 1))}, (rows, rows + offset),
+                  writable=False)
     return d
 
 

@@ -148,21 +148,21 @@ class TraceContext:
             raise ShapeError(f"{op}: shapes {shown} do not fit{_at(where)}: {e}") from None
         nid = self.graph.add(op, [a.id for a in args], shape, dtype, attrs, name, where)
         out = Tracer(self, nid)
-        if opdef.kind == "view" and args and not (
-                op == "reshape" and _reshape_copies(args[0], attrs["shape"])):
+        if opdef.alias is not None and args and not (
+                opdef.alias == "view-or-copy" and _copies(args[0], opdef, attrs)):
             # NumPy returns a view here: remember how it derives from the array that owns the
             # data, so assignments through either side are seen by the other (see Tracer)
-            out.view_of(args[0], op, attrs)
+            out.view_of(args[0], op, attrs, writable=opdef.alias != "read-only")
         return out
 
 
-def _reshape_copies(src, shape) -> bool:
-    """Does NumPy copy when reshaping this view (a transposed or strided one)? Asked of an
-    array with the view's strides (np.empty: no memory is touched)."""
+def _copies(src, opdef, attrs) -> bool:
+    """Does NumPy copy when applying this op to src (a reshape of a transposed or strided
+    view)? Asked of an array with src's strides (np.empty: no memory is touched)."""
     if src.base is None:
         return False  # adjit's own arrays are C-contiguous
     probe = src.layout_probe()
-    return not np.may_share_memory(np.reshape(probe, shape), probe)
+    return not np.may_share_memory(opdef.numpy(probe, **attrs), probe)
 
 
 def _at(where) -> str:
@@ -264,14 +264,17 @@ class Tracer:
 
     def positions(self) -> np.ndarray:
         """The flat positions in `base` of each element of this view (shape: self.shape)."""
-        for op, _, _ in self.chain:
-            if op in ("broadcast_to", "gather"):
-                what = "np.broadcast_to" if op == "broadcast_to" else "np.diagonal"
-                raise UnsupportedError(f"assignment destination is read-only: a view made by "
-                                       f"{what} cannot be written, as in NumPy"
-                                       f"{_at(user_where())}")
-        pos = np.arange(self.base.size).reshape(self.base.shape)
-        for op, attrs, consts in self.chain:
+        for op, _, _, writable in self.chain:
+            if not writable:
+                raise UnsupportedError(f"assignment destination is read-only: this view "
+                                       f"({op}: np.broadcast_to or np.diagonal) cannot be "
+                                       f"written, as in NumPy{_at(user_where())}")
+        return self._chain_positions()
+
+    def _chain_positions(self) -> np.ndarray:
+        from .functions import _grid
+        pos = _grid(self.base.shape)
+        for op, attrs, consts, _ in self.chain:
             pos = OPS[op].numpy(pos, *consts, **attrs)
         return np.asarray(pos)
 
@@ -315,31 +318,31 @@ class Tracer:
 
     def _rederive(self):
         b = self.base
-        if b._pending is not None and len(self.chain) == 1 and self.chain[0][0] == "slice":
+        if b._pending is not None:
             # the base has collected writes: its value here may still be one write's value
-            from .functions import _grid
-            nid = b.read_pending(_grid(b.shape)[self.chain[0][1]["index"]])
+            nid = b.read_pending(self._chain_positions())
             if nid is not None:
                 self._id, self.bver = nid, b.ver
                 return
         nid = self.base.id
         g = self.ctx.graph
-        for op, attrs, consts in self.chain:
+        for op, attrs, consts, _ in self.chain:
             cids = [g.add("const", [], c.shape, c.dtype, {"value": c, "dtype": c.dtype}, None,
                           user_where()) for c in consts]
             nid = self._node(op, [nid] + cids, attrs)
         self._id, self.bver = nid, self.base.ver
 
-    def view_of(self, src: "Tracer", op, attrs, consts=()):
-        """Mark this array as NumPy's view of src made by op (consts: its index arrays)."""
+    def view_of(self, src: "Tracer", op, attrs, consts=(), writable=True):
+        """Mark this array as NumPy's view of src made by op (consts: its index arrays;
+        writable=False for a read-only view)."""
         self.base = src.base if src.base is not None else src
-        self.chain = src.chain + ((op, attrs, tuple(consts)),)
+        self.chain = src.chain + ((op, attrs, tuple(consts), writable),)
         self.bver = self.base.ver
 
     def layout_probe(self) -> np.ndarray:
         """An int8 array with this view's shape and strides relative to its base."""
         probe = np.empty(self.base.shape, np.int8)
-        for op, attrs, consts in self.chain:
+        for op, attrs, consts, _ in self.chain:
             probe = OPS[op].numpy(probe, *consts, **attrs)
         return probe
 

@@ -73,6 +73,12 @@ class OpDef:
     reduce_init: Callable | None = None
     # show(attrs) -> text: a compact form of the attributes for the printed IR
     show: Callable | None = None
+    # alias, read by the frontend's assignment (frontend/tracer.py): how NumPy's result of
+    #   this op shares its first argument's memory. "view": always a view (writes go
+    #   through); "view-or-copy": a view when NumPy can make one without copying (reshape of a
+    #   strided view copies); "read-only": a view that cannot be written (np.broadcast_to);
+    #   None: a new array
+    alias: str | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -419,25 +425,25 @@ _register(OpDef(
     lambda x, shape: np.broadcast_to(x, shape),
     lambda g, out, x, shape: [F.unbroadcast(g, x.shape)],
     lambda t, out, x, shape: F.broadcast_to(t[0], shape),
-    "np.broadcast_to({0}, {shape})", "{0}", "{0}", fusion="broadcast"))
+    "np.broadcast_to({0}, {shape})", "{0}", "{0}", fusion="broadcast", alias="read-only"))
 _register(OpDef(
     "reshape", 1, "view", lambda s, a: tuple(a["shape"]), first_dtype,
     lambda x, shape: np.reshape(x, shape),
     lambda g, out, x, shape: [F.reshape(g, x.shape)],
     lambda t, out, x, shape: F.reshape(t[0], shape),
-    "np.reshape({0}, {shape})"))
+    "np.reshape({0}, {shape})", alias="view-or-copy"))
 _register(OpDef(
     "transpose", 1, "view", transpose_shape, first_dtype,
     lambda x, perm: np.transpose(x, perm),
     lambda g, out, x, perm: [F.transpose(g, tuple(int(i) for i in np.argsort(perm)))],
     lambda t, out, x, perm: F.transpose(t[0], perm),
     lambda args, a: f"{args[0]}.T" if tuple(a["perm"]) == tuple(reversed(range(len(
-        a["perm"])))) else f"np.transpose({args[0]}, {a['perm']})"))
+        a["perm"])))) else f"np.transpose({args[0]}, {a['perm']})", alias="view"))
 _register(OpDef(
     "slice", 1, "view", slice_shape, first_dtype, lambda x, index: x[index],
     lambda g, out, x, index: [F.unslice(g, index, x.shape)],
     lambda t, out, x, index: F.slice_(t[0], index),
-    "{0}[{index_code}]"))
+    "{0}[{index_code}]", alias="view"))
 _register(OpDef(
     "unslice", 1, "layout", lambda s, a: tuple(a["shape"]), first_dtype, _unslice,
     lambda g, out, x, index, shape: [F.slice_(g, index)],
