@@ -53,13 +53,40 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     if not compute_uv:
         return _emit("svd", [a], part="S")
     m, n = a.shape[-2:]
+    parts = [_emit("svd", [a], part=p) for p in ("U", "S", "Vh")]
     if full_matrices and m != n:
-        raise UnsupportedError(
-            f"np.linalg.svd(a, full_matrices=True) of a {m} x {n} matrix{_at(user_where())}: "
-            "the extra singular vectors of a non-square matrix are not determined by a, so "
-            "they have no gradient; pass full_matrices=False (the reduced SVD, which "
-            "reconstructs a just the same) or compute_uv=False")
-    return SVDResult(*(_emit("svd", [a], part=p) for p in ("U", "S", "Vh")))
+        # NumPy's default: the square factor on the longer side has columns (rows) that a
+        # does not determine. `u, s, vh = np.linalg.svd(a)` still works when only s and the
+        # determined factor are used; using the other one raises
+        k = 0 if m > n else 2
+        parts[k] = Undetermined(
+            f"np.linalg.svd(a) of a {m} x {n} matrix{_at(user_where())}: its full "
+            f"{'U' if k == 0 else 'Vh'} has singular vectors that a does not determine (no "
+            "gradient); pass full_matrices=False for the reduced SVD, which reconstructs a "
+            "just the same")
+    return SVDResult(*parts)
+
+
+class Undetermined:
+    """A result NumPy gives that adjit cannot: any use raises the error it was made with."""
+
+    def __init__(self, message):
+        self._message = message
+
+    def _refuse(self, *args, **kwargs):
+        raise UnsupportedError(self._message)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._refuse()
+
+    __array_ufunc__ = __array_function__ = __array__ = _refuse
+
+
+for _n in ("add", "sub", "mul", "truediv", "matmul", "pow", "getitem", "len", "iter", "neg",
+           "radd", "rsub", "rmul", "rtruediv", "rmatmul", "float", "bool"):
+    setattr(Undetermined, f"__{_n}__", Undetermined._refuse)
 
 
 def svdvals(x):
@@ -147,6 +174,8 @@ def lstsq(a, b, rcond=None):
     m, n = a.shape
     if rcond is None:
         rcond = np.finfo(a.dtype).eps * max(m, n)
+    elif not _traced(rcond) and np.ndim(rcond) == 0 and rcond < 0:
+        rcond = np.finfo(a.dtype).eps  # LAPACK's reading of a negative cutoff
     p = _emit("pinv", [a], rcond=_rcond("lstsq", a, rcond, _DEFAULT))
     x = F.matmul(p, b)
     s = svd(a, compute_uv=False)

@@ -732,9 +732,7 @@ def diag(x, k=0):
     shape = _shape_of(x)
     if len(shape) == 2:
         return diagonal(x, k)
-    if len(shape) == 1 and k == 0:
-        return mul(reshape(x, (-1, 1)), np.eye(shape[0], dtype=_dtype_of(x)))
-    if len(shape) == 1:
+    if len(shape) == 1:  # a scatter: v * eye would put inf * 0 = nan off the diagonal
         n, i = shape[0] + builtins.abs(k), np.arange(shape[0])
         return scatter_add(x, [i + builtins.max(0, -k), i + builtins.max(0, k)],
                            (("a", 0), ("a", 1)), (n, n))

@@ -158,7 +158,8 @@ def _reshape(a, *shape, order="C", **kw):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    if order in ("F", "A") and F._shape_of(a) and F._shape_of(a) != shape:
+    # 'A' is Fortran order only for Fortran-contiguous arrays: adjit's are C-contiguous
+    if order == "F" and F._shape_of(a) and F._shape_of(a) != shape:
         # Fortran order: the C-order reshape of the reversed axes, reversed back
         r = F.reshape(F.transpose(a), tuple(reversed(shape)))
         return F.transpose(r) if len(shape) > 1 else r
@@ -298,7 +299,8 @@ FUNCTIONS = {
     np.column_stack: C.column_stack, np.atleast_1d: C.atleast_1d, np.atleast_2d: C.atleast_2d,
     np.atleast_3d: C.atleast_3d, np.split: C.split, np.array_split: C.array_split,
     np.hsplit: C.hsplit, np.vsplit: C.vsplit, np.dsplit: C.dsplit, np.moveaxis: C.moveaxis,
-    np.swapaxes: F.swapaxes, np.ravel: F.ravel, np.take_along_axis: F.take_along_axis,
+    np.swapaxes: F.swapaxes, np.ravel: lambda a, order="C": _reshape(a, -1, order=order),
+    np.take_along_axis: F.take_along_axis,
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
     np.empty_like: F.zeros_like, np.full_like: F.full_like, np.average: _average,
     np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size,
@@ -338,11 +340,24 @@ FUNCTIONS.update({np.linalg.svd: LD.svd, np.linalg.qr: LD.qr, np.linalg.pinv: LD
                   np.linalg.lstsq: LD.lstsq, np.linalg.matrix_rank: LD.matrix_rank,
                   np.linalg.cond: LD.cond, np.linalg.eig: LD.eig, np.linalg.eigvals: LD.eigvals,
                   getattr(np.linalg, "svdvals", None): LD.svdvals})
+def _float_norm_input(x):
+    """Norms of integer arrays are float64, as in NumPy."""
+    return F.cast(x, np.float64) if F._dtype_of(x).kind in "biu" else x
+
+
 def _vector_norm(x, axis=None, keepdims=False, ord=2):
-    if axis is None:
-        r = _norm(F.ravel(x), ord)
-        return F.reshape(r, (1,) * len(F._shape_of(x))) if keepdims else r
-    return _norm(x, ord, axis, keepdims)
+    """np.linalg.vector_norm: the axes (all by default, or a tuple) taken as one vector."""
+    x = _float_norm_input(x)
+    shape = F._shape_of(x)
+    axes = tuple(range(len(shape))) if axis is None else F._axes(x, axis)
+    rest = tuple(i for i in range(len(shape)) if i not in axes)
+    if len(axes) != 1:
+        # the axes moved to the end and flattened: one vector per remaining index
+        x = F.reshape(F.transpose(x, rest + axes), tuple(shape[i] for i in rest) + (-1,))
+    r = _norm(x, ord, -1 if len(axes) != 1 else axes[0])
+    if keepdims:
+        r = F.reshape(r, tuple(1 if i in axes else d for i, d in enumerate(shape)))
+    return r
 
 
 def _cumulative(fn):
@@ -371,8 +386,8 @@ for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz"
         table = UFUNCS if isinstance(getattr(np, _name), np.ufunc) else FUNCTIONS
         table[getattr(np, _name)] = _fn
 for _name, _fn in [("vector_norm", _vector_norm),
-                   ("matrix_norm", lambda x, keepdims=False, ord="fro": _norm(x, ord, (-2, -1),
-                                                                            keepdims)),
+                   ("matrix_norm", lambda x, keepdims=False, ord="fro": _norm(
+                       _float_norm_input(x), ord, (-2, -1), keepdims)),
                    ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
                    ("matrix_transpose", F.swap_last), ("outer", F.outer),
                    ("matmul", F.matmul), ("trace", lambda x, offset=0, dtype=None: F.trace_(
@@ -410,6 +425,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                       f"np.{ufunc.__name__}(..., out=x)")
     if method == "__call__" and ufunc in UFUNCS:
         dtype = kwargs.pop("dtype", None)
+        if getattr(np, "vecdot", None) is ufunc and set(kwargs) <= {"axis"}:
+            return UFUNCS[ufunc](*inputs, **kwargs)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
         r = UFUNCS[ufunc](*inputs)
@@ -580,6 +597,8 @@ _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squee
           np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
           np.diagonal, np.rot90, np.flip, np.fliplr, np.flipud, np.split, np.array_split,
           np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real, np.diag}
+_VIEWS |= {getattr(m, n) for m in (np, np.linalg) for n in ("matrix_transpose", "permute_dims")
+           if hasattr(m, n)}
 
 
 # -- operators and methods on Tracer -----------------------------------------------------------

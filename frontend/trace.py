@@ -52,8 +52,11 @@ def leaf_spec(leaf, what):
 
 
 def _numeric(x) -> bool:
+    from ..ir.errors import AdjitError
     try:
         a = np.asarray(x)
+    except AdjitError:
+        raise
     except Exception:  # noqa: BLE001 - not an array at all
         return False
     return a.dtype != object and a.dtype.kind in "biuf"

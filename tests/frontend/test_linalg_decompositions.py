@@ -60,13 +60,17 @@ def test_svd_result_has_numpy_field_names_and_compute_uv_false_gives_s():
     np.testing.assert_allclose(pv, rvh.T @ rvh, atol=1e-13)
 
 
-def test_full_matrices_is_allowed_for_square_and_refused_otherwise():
+def test_full_matrices_is_allowed_for_square_and_its_extra_factor_refused_otherwise():
     a = _a((3, 3))
     u, s, vh = adjit.compile(np.linalg.svd, backend="numpy")(a)   # the default: full
     np.testing.assert_allclose((u * s) @ vh, a, atol=1e-13)
-    with pytest.raises(adjit.UnsupportedError, match=r"full_matrices=True.*4 x 3.*"
+    # non-square: s and the determined factor work; the full U of a tall a is refused on use
+    g = adjit.grad(lambda a: np.sum(np.linalg.svd(a)[1]), backend="numpy")(_a((4, 3)))
+    np.testing.assert_allclose(g, adjit.grad(lambda a: np.sum(np.linalg.svd(
+        a, compute_uv=False)), backend="numpy")(_a((4, 3))))
+    with pytest.raises(adjit.UnsupportedError, match=r"4 x 3.*full U.*"
                        r"full_matrices=False") as info:
-        adjit.grad(lambda a: np.sum(np.linalg.svd(a)[1]), backend="numpy")(_a((4, 3)))
+        adjit.grad(lambda a: np.sum(np.linalg.svd(a)[0] ** 2), backend="numpy")(_a((4, 3)))
     assert "test_linalg_decompositions.py:" in str(info.value)
 
 

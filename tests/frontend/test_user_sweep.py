@@ -31,6 +31,13 @@ def _row_mask_assign(a):
     return y
 
 
+def _matrix_transpose_view(a):
+    x = a.copy()
+    t = np.matrix_transpose(x) if hasattr(np, "matrix_transpose") else x.T
+    x[0, 1] = 50.0 * a[1, 1]
+    return t
+
+
 CASES = {
     "mask assignment": _mask_assign,
     "mask assignment into np.zeros": _mask_assign_into_buffer,
@@ -51,6 +58,12 @@ CASES = {
                               + np.diag(a[:3, 2], -1)) @ a[:, 0],
     "real, imag and view": lambda a: a.real + a.imag + a.view() * 2,
 }
+CASES.update({
+    "reshape order A is C for C-contiguous arrays": lambda a: np.reshape(a, (3, 4), order="A"),
+    "np.ravel order F": lambda a: np.ravel(a, order="F") * np.arange(12),
+    "svd with NumPy's default full_matrices, s and vh used": lambda a: (
+        np.sum(np.linalg.svd(a)[1]) + np.linalg.svd(a)[2] ** 2),
+})
 if hasattr(np, "vecdot"):  # NumPy 2 names
     CASES.update({
         "np.vecdot": lambda a: np.vecdot(a, a),
@@ -61,6 +74,12 @@ if hasattr(np, "vecdot"):  # NumPy 2 names
         "np.linalg.vector_norm of all": lambda a: np.linalg.vector_norm(a),
         "np.linalg.matrix_norm": lambda a: np.linalg.matrix_norm(a),
         "np.linalg.vecdot": lambda a: np.linalg.vecdot(a, a),
+        "np.vecdot with axis": lambda a: np.vecdot(a, a, axis=0),
+        "vector_norm over two axes": lambda a: np.linalg.vector_norm(
+            a.reshape(2, 2, 3), axis=(0, 2)),
+        "vector_norm over two axes, ord 1, keepdims": lambda a: np.linalg.vector_norm(
+            a.reshape(2, 2, 3), axis=(0, 2), ord=1, keepdims=True),
+        "matrix_transpose is a view": _matrix_transpose_view,
     })
 
 
@@ -128,3 +147,32 @@ def test_list_message_suggests_np_stack():
         return np.sort_complex([a[0, 0], a[1, 1]])
     with pytest.raises(adjit.TraceError, match=r"np.stack\(\[a, b\]\)"):
         adjit.compile(f, backend="numpy")(X)
+
+
+def test_diag_of_infinite_values_has_zeros_off_the_diagonal():
+    got = adjit.compile(np.diag, backend="numpy")(np.array([np.inf, 1.0]))
+    np.testing.assert_array_equal(got, np.diag(np.array([np.inf, 1.0])))
+
+
+def test_integer_vector_norms_are_float():
+    if not hasattr(np.linalg, "vector_norm"):
+        pytest.skip("NumPy 1")
+    v = np.array([3, -4])
+    for ord_ in (1, -1, np.inf, 2):
+        got = adjit.compile(lambda v: np.linalg.vector_norm(v, ord=ord_), backend="numpy")(v)
+        assert got.dtype == np.float64 and got == np.linalg.vector_norm(v, ord=ord_)
+
+
+def test_using_the_undetermined_factor_of_a_full_svd_is_refused():
+    a = RNG.normal(size=(5, 3))
+    with pytest.raises(adjit.UnsupportedError, match="full_matrices=False"):
+        adjit.compile(lambda a: np.linalg.svd(a)[0] @ np.ones(5), backend="numpy")(a)
+    with pytest.raises(adjit.UnsupportedError, match="full_matrices=False"):
+        adjit.compile(lambda a: np.linalg.svd(a)[0], backend="numpy")(a)
+
+
+def test_lstsq_negative_rcond_is_machine_precision():
+    a = np.outer(np.arange(6.0), [1.0, 2.0, 3.0]) + 1.0
+    b = np.arange(6.0)
+    got = adjit.compile(lambda a, b: np.linalg.lstsq(a, b, rcond=-1)[0], backend="numpy")(a, b)
+    np.testing.assert_allclose(got, np.linalg.lstsq(a, b, rcond=-1)[0], atol=1e-12)
