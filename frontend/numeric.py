@@ -26,21 +26,51 @@ def _division(x, y, trunc):
     dt = F.result_dtype(x, y)
     if dt.kind in "biu":
         return _int_division(x, y, np.dtype(np.int8) if dt.kind == "b" else dt, trunc)
-    d = F.div(x, y)
-    q = F.where(F.lt(d, 0), F.ceil(d), F.floor(d)) if trunc else F.floor(d)
-    # q == 0 keeps x exactly (and avoids 0 * inf when y is infinite)
-    r = F.where(F.eq(q, 0), x, F.sub(x, F.mul(y, q)))
-    # x / y can round up to a whole number: the remainder then has the wrong sign, one y off
-    ref = x if trunc else y
-    bad = C.logical_and(F.ne(r, 0), F.ne(F.lt(r, 0), F.lt(ref, 0)))
-    step = F.where(F.lt(x, 0), F.neg(F.abs(y)), F.abs(y)) if trunc else y
-    r = F.where(bad, F.add(r, step), r)
-    q = F.where(bad, F.sub(q, F.where(F.eq(F.lt(x, 0), F.lt(y, 0)), 1, -1) if trunc else 1), q)
-    # a zero remainder takes the sign of the dividend (fmod) or of the divisor (remainder);
-    # for fmod with x = +-0, r is x itself and already signed right
-    zero_r = C.logical_and(F.eq(r, 0), F.ne(x, 0)) if trunc else F.eq(r, 0)
-    r = F.where(zero_r, _signed_zero(r, F.lt(x if trunc else y, 0)), r)
-    return F.cast(q, dt), F.cast(r, dt)
+    if trunc:
+        return None, _fmod(x, y)
+    return _float_divmod(x, y)
+
+
+def _fmod(x, y):
+    """C's fmod as one exact op (the fmod op of ir/ops.py), in the promoted float dtype."""
+    return F._elementwise("fmod", [x, y], float_only=True)
+
+
+def _held(v):
+    return F.stop_gradient(v) if isinstance(v, Tracer) else v
+
+
+def _float_divmod(x, y):
+    """(x // y, x % y) for floats, step for step as NumPy's npy_divmod (npy_math_internal.h):
+
+        mod = fmod(a, b)
+        if !b: return a / b, mod                      (floor_divide and remainder alike)
+        div = (a - mod) / b                           (very nearly a whole number)
+        if mod: if (b < 0) != (mod < 0): mod += b; div -= 1
+        else:   mod = copysign(0, b)
+        if div: floordiv = floor(div); if div - floordiv > 0.5: floordiv += 1
+        else:   floordiv = copysign(0, a / b)
+
+    so the results are NumPy's bit for bit, signed zeros, infinities and NaNs included. The
+    remainder's derivative is 1 in x and -floor(x / y) in y (fmod's -trunc(x / y), plus one
+    where y was added); the quotient is piecewise constant and carries no gradient.
+    """
+    mod = _fmod(x, y)
+    y_neg = F.lt(y, 0)
+    fix = C.logical_and(F.ne(mod, 0), F.ne(y_neg, F.lt(mod, 0)))
+    zero = F.eq(mod, 0)
+    # a zero remainder takes the sign of the divisor; its derivative in x stays 1
+    rem = F.where(zero, _signed_zero(mod, y_neg), F.where(fix, F.add(mod, y), mod))
+    # the quotient, from values held constant
+    xh, yh, mh = _held(x), _held(y), _held(mod)
+    div = F.div(F.sub(xh, mh), yh)
+    div = F.where(fix, F.sub(div, 1), div)
+    fl = F.floor(div)
+    fl = F.where(F.gt(F.sub(div, fl), 0.5), F.add(fl, 1), fl)
+    quot = F.div(xh, yh)
+    q = F.where(F.ne(div, 0), fl, C.copysign(F.zeros_like(div), quot))
+    q = F.where(F.eq(yh, 0), quot, q)
+    return q, rem
 
 
 def _signed_zero(r, neg):
@@ -58,14 +88,60 @@ def _signed_zero(r, neg):
 
 
 def _int_division(x, y, dt, trunc):
-    """Integer division through float64 (exact below 2**53); a zero divisor gives 0, 0."""
-    xf, yf = F.cast(x, np.float64), F.cast(y, np.float64)
-    ok = F.ne(yf, 0)
-    d = F.div(xf, F.where(ok, yf, 1.0))
-    q = F.where(F.lt(d, 0), F.ceil(d), F.floor(d)) if trunc else F.floor(d)
+    """Integer division through float64, exact: below 2**53 the float quotient rounds to the
+    right whole number; 64-bit integers then get a correction step in integer arithmetic
+    (whose wrapping is harmless: the exact remainder is small). A zero divisor gives 0, 0,
+    as NumPy (which also warns); the minimum int64 // -1 wraps to itself, as in NumPy."""
+    ok = F.ne(y, 0)
+    xi, yi = F.cast(x, dt), F.where(ok, F.cast(y, dt), np.ones((), dt))
+    xf, yf = F.cast(xi, np.float64), F.cast(yi, np.float64)
+    q = F.floor(F.div(xf, yf))
+    if dt.itemsize < 8:   # through int64, which wraps (min // -1) as NumPy does
+        q = F.cast(F.cast(q, np.int64), dt)
+        r = F.sub(xi, F.mul(yi, q))
+    else:
+        q, r = _refine_division(xi, yi, yf, q, dt)
+    if trunc and dt.kind == "i":   # floor -> towards zero: one step back where signs differ
+        back = C.logical_and(F.ne(r, 0), F.ne(F.lt(xi, 0), F.lt(yi, 0)))
+        q = F.where(back, F.add(q, np.ones((), dt)), q)
+        r = F.where(back, F.sub(r, yi), r)
+    zero = np.zeros((), dt)
+    return F.where(ok, q, zero), F.where(ok, r, zero)
+
+
+def _refine_division(xi, yi, yf, q, dt):
+    """floor(x / y) and its remainder, exact for int64 and uint64 from q, the floor of the
+    float64 quotient (off by a few units at most, from x's rounding to float64)."""
+    info = np.iinfo(dt)
+    # in range before the cast (the largest float64 values below 2**63 and 2**64)
+    q = F.minimum(F.maximum(q, float(info.min)), float(info.max - (info.max >> 52)))
     q = F.cast(q, dt)
-    r = F.sub(F.cast(x, dt), F.mul(F.cast(y, dt), q))
-    return F.where(ok, q, F.zeros_like(q)), F.where(ok, r, F.zeros_like(r))
+    r = F.sub(xi, F.mul(yi, q))           # exact modulo 2**64, and small
+    rs = F.cast(r, np.int64)              # its value, for uint64 too
+    k = F.cast(F.cast(F.floor(F.div(F.cast(rs, np.float64), yf)), np.int64), dt)
+    q, r = F.add(q, k), F.sub(r, F.mul(yi, k))
+    # the float step can leave r one y outside [0, y) (or (y, 0] for y < 0)
+    one = np.ones((), dt)
+    rs = F.cast(r, np.int64)
+    if dt.kind == "u":
+        # y > 0 and r in [-y, 2y), which do not overlap modulo 2**64 for y < 2**62
+        low = F.gt(r, F.sub(np.array(info.max, dt), yi))
+        high = C.logical_and(C.logical_not(low), F.ge(r, yi))
+    else:
+        neg = F.lt(yi, 0)
+        low = F.where(neg, F.gt(r, 0), F.lt(r, 0))
+        high = F.where(neg, F.le(r, yi), F.ge(r, yi))
+    q = F.where(low, F.sub(q, one), F.where(high, F.add(q, one), q))
+    r = F.where(low, F.add(r, yi), F.where(high, F.sub(r, yi), r))
+    if dt.kind == "u":    # y >= 2**62: a quotient of at most 3, by subtracting y
+        big = F.ge(yi, np.array(1 << 62, dt))
+        qb, rb = F.zeros_like(q), xi
+        for _ in range(3):
+            more = F.ge(rb, yi)
+            qb = F.where(more, F.add(qb, one), qb)
+            rb = F.where(more, F.sub(rb, yi), rb)
+        q, r = F.where(big, qb, q), F.where(big, rb, r)
+    return q, r
 
 
 def remainder(x, y):
@@ -296,14 +372,26 @@ def interp(x, xp, fp, left=None, right=None, period=None):
             j = F.sum(F.le(xp[1:-1], F.expand_dims(x, -1)), axis=-1)
         fj, fj1 = F.getitem(fp, j), F.getitem(fp, F.add(j, 1))
         xj = F.getitem(xp, j)
-        slope = F.div(F.sub(fj1, fj), F.getitem(np.diff(xp), j))
+        # a zero-width piece is never the one used (x there is at or beyond the last knot),
+        # but its slope is still differentiated: a safe width keeps 0 * inf out of the
+        # gradients of the pieces not taken
+        width = np.diff(xp)
+        slope = F.div(F.sub(fj1, fj), F.getitem(np.where(width == 0, 1.0, width), j))
         res = F.add(F.mul(slope, F.sub(x, xj)), fj)
-        if np.any(np.diff(xp) == 0):   # an infinite slope: NumPy tries the other end
-            res = F.where(C.isnan(res), F.add(F.mul(slope, F.sub(x, F.getitem(xp, F.add(j, 1)))),
-                                              fj1), res)
-            res = F.where(C.logical_and(C.isnan(res), F.eq(fj, fj1)), fj, res)
-        res = F.where(F.eq(x, xj), fj, res)
-        res = F.where(F.eq(x, xp[-1]), last, res)
+        # an infinite fp makes the slope infinite: NumPy tries the other end of the piece
+        res = F.where(C.isnan(res), F.add(F.mul(slope, F.sub(x, F.getitem(xp, F.add(j, 1)))),
+                                          fj1), res)
+        res = F.where(C.logical_and(C.isnan(res), F.eq(fj, fj1)), fj, res)
+        # at a knot NumPy takes fp itself (no non-finite slope times 0); written as
+        # fp + slope (x - xp) with a finite slope, so the derivative in x there is the slope
+        # of the piece to the right of the knot, and at the last knot of the piece to its left
+        finite = C.isfinite(slope)
+        if np.any(width == 0):
+            finite = C.logical_and(finite, F.getitem(width != 0, j))
+        s_fin = F.where(finite, slope, F.zeros_like(slope))
+        res = F.where(F.eq(x, xj), F.add(F.mul(s_fin, F.sub(x, xj)), fj), res)
+        res = F.where(F.eq(x, xp[-1]), F.add(F.mul(s_fin, F.sub(x, xp[-1])), last), res)
+        res = F.where(C.isnan(x), x, res)
     lo = F.getitem(fp, 0) if left is None else left
     hi = last if right is None else right
     return F.cast(F.where(F.lt(x, xp[0]), lo, F.where(F.gt(x, xp[-1]), hi, res)), np.float64)

@@ -175,7 +175,9 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     vfun, fix_gamma = _METHODS[method]
     virtual = np.asanyarray(vfun(n, qa))
     srt = C.sort(arr, 0)
-    if virtual.dtype.kind in "iu":
+    # an integer index is taken as it is only where NumPy does (the discrete methods, and
+    # linear); the others clip it into [0, n - 1] (weibull's q = 0 gives -1, q = 1 gives n)
+    if virtual.dtype.kind in "iu" and (fix_gamma is None or method == "linear"):
         vals = F.getitem(srt, int(virtual) if virtual.ndim == 0 else virtual)
     else:
         vals = _interpolate(srt, virtual, n, fix_gamma, weak_q)
@@ -269,7 +271,7 @@ def nanargmax(a, axis=None, out=None, *, keepdims=False, _neg=False):
     refuses, gives 0 here: the check would need concrete values)."""
     if out is not None or keepdims:
         raise UnsupportedError(f"np.nanargmax with out= or keepdims={_at(user_where())}")
-    x = F.neg(a) if _neg else a
+    x = F.reversed_order(a) if _neg else a
     fill = -math.inf if _dtype_of(x).kind == "f" else 0
     return F.argmax(F.where(C.isnan(x), fill, x), axis)
 

@@ -398,6 +398,20 @@ binary("arctan2", np.arctan2, lambda g, out, y, x: _atan2_parts(g, y, x),
        lambda t, out, y, x: _sum_t([None if t[i] is None else _atan2_parts(t[i], y, x)[i]
                                     for i in (0, 1)]),
        "np.arctan2({0}, {1})", "math.atan2({0}, {1})", "atan2({0}, {1})", flops=8)
+
+
+# fmod(x, y) = x - trunc(x / y) y, exact (C's fmod). trunc(x / y) is recovered from the result:
+# x - out is a whole multiple of y, so rounding (x - out) / y gives it even where x / y itself
+# rounds to a whole number
+def _fmod_dy(out, x, y):
+    return F.neg(F.round_(F.div(F.sub(x, out), y)))
+
+
+binary("fmod", np.fmod, lambda g, out, x, y: [g, F.mul(g, _fmod_dy(out, x, y))],
+       lambda t, out, x, y: _sum_t([t[0], None if t[1] is None
+                                    else F.mul(t[1], _fmod_dy(out, x, y))]),
+       "np.fmod({0}, {1})", "np.fmod({0}, {1})", "fmod({0}, {1})", flops=8)
+
 for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">="),
                          ("lt", np.less, "<"), ("le", np.less_equal, "<="),
                          ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")]:

@@ -88,6 +88,8 @@ TABLE = {
     "arccosh": _u(np.arccosh, "gt1"),
     "arctanh": _u(np.arctanh, "unit"),
     "arctan2": _b(np.arctan2, "away0"),
+    # kinks where x / y is whole: y away from 0 and x spread over several multiples of y
+    "fmod": _b(lambda x, y: np.fmod(x * 4.0, y), "any", "away0"),
     "argsort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
                 "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),

@@ -444,3 +444,167 @@ def test_allclose_works_through_static_argnums():
 def test_docstring_examples_run(mod):
     res = doctest.testmod(importlib.import_module(mod), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0 and res.attempted > 0
+
+
+# -- sweep 6: the modulo family exact (one fmod op + NumPy's npy_divmod), quantile with an
+# integer q, nanargmin of integers and booleans, interp with infinite fp and at knots
+_MOD_VALUES = [0.0, -0.0, 1.0, -1.0, 0.1, -0.1, 3.0, -3.0, 2.5, 7.0, -5.5, 0.7, 1e300,
+               -1e300, 1e-300, 5e-324, np.inf, -np.inf, np.nan, 1.5, -1.5, 4.5, 0.3, 2.0 ** 53]
+_MOD_FNS = {"remainder": lambda x, y: x % y, "floor_divide": lambda x, y: x // y,
+            "fmod": np.fmod, "divmod": lambda x, y: np.divmod(x, y),
+            "np.remainder": np.remainder, "np.floor_divide": np.floor_divide}
+
+
+def _assert_bitwise(got, want):
+    for g, w in zip(_leaves(got), _leaves(want), strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(_MOD_FNS))
+def test_modulo_family_is_numpys_bit_for_bit(name, dtype, backend):
+    fn = _MOD_FNS[name]
+    x, y = (a.ravel().astype(dtype) for a in np.meshgrid(_MOD_VALUES, _MOD_VALUES))
+    r = np.random.default_rng(3)
+    x = np.concatenate([x, (r.normal(size=500) * 100).astype(dtype)])
+    y = np.concatenate([y, r.normal(size=500).astype(dtype)])
+    kw = {"min_kernel_size": 0} if backend == "numba" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _assert_bitwise(adjit.compile(fn, backend=backend, **kw)(x, y), fn(x, y))
+        for c in (0.1, -0.7, 0.0, np.inf):
+            _assert_bitwise(adjit.compile(lambda a: fn(a, c), backend=backend, **kw)(x),
+                            fn(x, dtype(c)))
+
+
+def test_modulo_report_cases():
+    x = np.array([3.0, 2.5, 7.0])
+    c = lambda f: adjit.compile(f, backend="numpy")        # noqa: E731
+    np.testing.assert_array_equal(c(lambda x: x % 0.1)(x), x % 0.1)
+    assert (c(lambda x: x % 0.1)(x) > 0.09).all()
+    np.testing.assert_array_equal(c(lambda x: x // 0.1)(x), [29.0, 24.0, 69.0])
+    np.testing.assert_array_equal(c(lambda x: np.fmod(x, 0.1))(x), np.fmod(x, 0.1))
+    np.testing.assert_array_equal(c(lambda x: x % 0.1)(np.array([1e300])), [1e300 % 0.1])
+    inf = np.array([np.inf, -np.inf])
+    assert np.isnan(c(lambda x: x // 2.0)(inf)).all()
+    assert np.isnan(c(lambda x: np.divmod(x, 2.0)[0])(inf)).all()
+
+
+def test_modulo_gradients_at_rounded_multiples():
+    # x / y rounds to a whole number but is not one: the gradient in y is -floor of the
+    # exact quotient (29, not 30), and the gradients agree with JAX's rules elsewhere
+    x, y = np.array([3.0, 2.5, -7.0]), np.array([0.1, 0.1, 0.1])
+    gx, gy = adjit.grad(lambda a, b: np.sum(a % b), argnums=(0, 1), backend="numpy")(x, y)
+    np.testing.assert_array_equal(gx, np.ones(3))
+    np.testing.assert_array_equal(gy, -np.array([29.0, 24.0, -70.0]))
+    gx, gy = adjit.grad(lambda a, b: np.sum(np.fmod(a, b)), argnums=(0, 1),
+                        backend="numba")(x, y)
+    np.testing.assert_array_equal(gy, -np.array([29.0, 24.0, -69.0]))
+    t = adjit.jvp(lambda b: np.fmod(x, b), (y,), (np.ones(3),), backend="numpy")[1]
+    np.testing.assert_array_equal(t, -np.array([29.0, 24.0, -69.0]))
+
+
+_INT_DTYPES = [np.int64, np.uint64, np.int32, np.uint32, np.int8, np.uint8, np.bool_]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("dtype", _INT_DTYPES)
+def test_integer_modulo_is_exact_beyond_2_53(dtype, backend):
+    r = np.random.default_rng(4)
+    if dtype is np.bool_:
+        x, y = r.integers(0, 2, (2, 40)).astype(bool)
+    else:
+        info = np.iinfo(dtype)
+        edge = [info.min, info.max, info.min + 1, info.max - 1, 0, 1, 2, 3, 7, info.max >> 1,
+                (info.max >> 1) + 1, info.max >> 2, (info.max >> 2) - 1, info.max >> 11]
+        if info.min < 0:
+            edge += [-1, -2, -3, info.min >> 1, info.min >> 11]
+        edge = np.array(edge).astype(dtype)
+        big = r.integers(info.min, info.max, 1500, dtype=dtype, endpoint=True)
+        small = r.integers(max(info.min, -999), min(info.max, 999), 1500,
+                           endpoint=True).astype(dtype)
+        x = np.concatenate([np.repeat(edge, edge.size), big, big])
+        y = np.concatenate([np.tile(edge, edge.size), big[::-1], small])
+    kw = {"min_kernel_size": 0} if backend == "numba" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for fn in (lambda a, b: a % b, lambda a, b: a // b, np.fmod, np.divmod):
+            _assert_bitwise(adjit.compile(fn, backend=backend, **kw)(x, y), fn(x, y))
+    big = np.array([2**62 + 1, 2**53 + 1, -(2**62) - 5])
+    np.testing.assert_array_equal(adjit.compile(lambda a: (a % 3, a // 3), backend=backend,
+                                                **kw)(big), (big % 3, big // 3))
+
+
+@pytest.mark.parametrize("method", ["weibull", "interpolated_inverted_cdf", "hazen", "linear",
+                                    "median_unbiased", "normal_unbiased", "midpoint",
+                                    "lower", "higher", "nearest"])
+def test_quantile_with_integer_q_clips_like_numpy(method):
+    a = np.array([-0.5, 0.3, 0.9])
+    m = np.arange(12.0).reshape(3, 4) ** 1.5
+    for q in (0, 1, [0, 1], np.array([1, 0]), [0.0, 1]):
+        f = adjit.compile(lambda v: np.quantile(v, q, method=method), backend="numpy")
+        np.testing.assert_array_equal(f(a), np.quantile(a, q, method=method))
+        g = adjit.compile(lambda v: np.quantile(v, q, axis=1, method=method), backend="numpy")
+        np.testing.assert_array_equal(g(m), np.quantile(m, q, axis=1, method=method))
+    g = adjit.grad(lambda v: np.quantile(v, 1, method=method), backend="numpy")(a)
+    np.testing.assert_array_equal(g, [0.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("a", [np.array([3, 0, 1, 2], np.uint8), np.array([5, -128, 0], np.int8),
+                               np.array([True, False, False]), np.array([True, True]),
+                               np.array([2**64 - 1, 0, 5, 0], np.uint64),
+                               np.array([2**63 - 1, -2**63, 0, -2**63]),
+                               np.array([[3, 1, 7], [0, 9, 0]], np.uint16),
+                               np.array([1.0, np.nan, -2.0, -2.0])])
+def test_nanargmin_of_integers_and_booleans(a):
+    for be in ("numpy", "numba"):
+        assert adjit.compile(np.nanargmin, backend=be)(a) == np.nanargmin(a)
+        np.testing.assert_array_equal(
+            adjit.compile(lambda v: np.nanargmin(v, axis=0), backend=be)(a),
+            np.nanargmin(a, axis=0))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_interp_infinite_fp_matches_numpy():
+    xs = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, np.nan, np.inf])
+    r = np.random.default_rng(5)
+    for xp in ([0.0, 1.0, 2.0], [0.0, 1.0, 1.0, 2.0, 3.0, 3.0], [0.0, 0.0, 1.0], [1.0, 1.0]):
+        base = r.normal(size=len(xp))
+        for k in range(len(xp)):
+            for v in (np.inf, -np.inf, np.nan):
+                fp = base.copy()
+                fp[k] = v
+                for be in ("numpy", "numba"):
+                    got = adjit.compile(lambda x, f: np.interp(x, xp, f), backend=be)(xs, fp)
+                    np.testing.assert_array_equal(got, np.interp(xs, xp, fp))
+    f = adjit.compile(lambda f: np.interp(np.array([1.5]), [0.0, 1.0, 2.0], f), backend="numpy")
+    np.testing.assert_array_equal(f(np.array([0.0, np.inf, 1.0])), [np.inf])
+
+
+def test_interp_gradient_at_knots_is_the_slope_to_the_right():
+    g = adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 1.0, 3.0], [0.0, 2.0, 3.0])),
+                   backend="numpy")
+    # JAX: the piece to the right of a knot, the one to the left at the last knot
+    np.testing.assert_array_equal(g(np.array([0.0, 1.0, 3.0, 0.5, -1.0, 4.0])),
+                                  [2.0, 0.5, 0.5, 2.0, 0.0, 0.0])
+    t = adjit.jvp(lambda x: np.interp(x, [0.0, 1.0, 3.0], [0.0, 2.0, 3.0]),
+                  (np.array([0.0, 1.0, 3.0]),), (np.ones(3),), backend="numpy")[1]
+    np.testing.assert_array_equal(t, [2.0, 0.5, 0.5])
+    gf = adjit.grad(lambda f: np.sum(np.interp(np.array([0.0, 1.0, 2.0]), [0.0, 1.0, 2.0], f)),
+                    backend="numpy")(np.array([0.0, 2.0, 4.0]))
+    np.testing.assert_array_equal(gf, [1.0, 1.0, 1.0])
+
+
+def test_interp_gradients_with_repeated_knots_are_finite():
+    xr, fr = np.array([0.0, 1.0, 1.0, 2.0, 3.0, 3.0]), np.array([0.0, 1.0, 5.0, 2.0, 4.0, 7.0])
+    g = adjit.grad(lambda f: np.sum(np.interp(np.array([0.5, 3.5]), xr, f)),
+                   backend="numpy")(fr)
+    np.testing.assert_array_equal(g, [0.5, 0.5, 0.0, 0.0, 0.0, 1.0])
+    g = adjit.grad(lambda x: np.sum(np.interp(x, xr, fr)), backend="numpy")(np.array([0.5, 3.5]))
+    np.testing.assert_array_equal(g, [1.0, 0.0])
+    g = adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 0.0, 1.0], [1.0, 2.0, 3.0])),
+                   backend="numba")(np.array([-1.0, 0.5]))
+    np.testing.assert_array_equal(g, [0.0, 1.0])
