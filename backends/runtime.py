@@ -93,16 +93,17 @@ class Program:
 
 
 def _shared_outputs(graph) -> list:
-    """Results that would be one array returned twice (two equal gradients made one node) or
-    a constant the program keeps between calls: each call returns its own copy of those, so
-    that writing into one result never changes another, or the next call's."""
+    """Results that would be one array returned twice (two equal gradients made one node), a
+    constant the program keeps between calls, or an argument (or a view of one: the gradient
+    of sum(w * x) is x): each call returns its own copy of those, so that writing into one
+    result never changes another, the next call's, or the caller's arrays."""
     from ..ir.ops import OPS
     out, seen = [], set()
     for i, o in enumerate(graph.outputs):
         n = o
         while OPS[graph[n]["op"]].kind == "view" and graph.args(n):
             n = graph.args(n)[0]
-        if o in seen or graph[n]["op"] == "const":
+        if o in seen or graph[n]["op"] in ("const", "input"):
             out.append(i)
         seen.add(o)
     return out

@@ -72,10 +72,18 @@ def result_dtype(*xs):
     return np.result_type(*[_dtype_part(x) for x in xs])
 
 
-def _dtype_part(x):
+def _is_weak(x):
+    """A Python number, or a traced value standing for one (a Python scalar argument, or
+    arithmetic on such arguments alone)."""
     if isinstance(x, Tracer):
         d = x.ctx.graph[x.id]
-        if d["op"] == "input" and d["attrs"].get("weak"):
+        return (d["op"] == "input" and bool(d["attrs"].get("weak"))) or x.id in x.ctx.weak
+    return _weak(x)
+
+
+def _dtype_part(x):
+    if isinstance(x, Tracer):
+        if _is_weak(x):
             # a Python scalar argument stays weak, as it would be in untraced NumPy code
             return {"b": True, "i": 1, "u": 1, "f": 1.0, "c": 1j}[x.dtype.kind]
         return x.dtype
@@ -105,7 +113,10 @@ def _elementwise(op, xs, dtype=None, float_only=False):
         dt = np.result_type(dt, 1.0)
     shape = _broadcast_shape(op, [_shape_of(x) for x in xs])
     args = [broadcast_to(lift(x, dt, ctx), shape) for x in xs]
-    return ctx.emit(op, args)
+    out = ctx.emit(op, args)
+    if shape == () and all(_is_weak(x) for x in xs):
+        out.ctx.weak.add(out.id)
+    return out
 
 
 # -- elementwise ------------------------------------------------------------------------------
@@ -694,7 +705,21 @@ def argsort(x, axis=-1):
 
 
 def argmin(x, axis=None):
-    return argmax(neg(x), axis)
+    return argmax(reversed_order(x), axis)
+
+
+def reversed_order(a):
+    """An array whose largest element is a's smallest (first ties first), with no overflow:
+    -a for floats, but -1 - a for signed integers (-a wraps at the minimum), max - a for
+    unsigned ones and not a for booleans."""
+    dt = _dtype_of(a)
+    if dt.kind == "b":
+        return eq(a, False)
+    if dt.kind == "i":
+        return sub(np.array(-1, dt), a)
+    if dt.kind == "u":
+        return sub(np.array(np.iinfo(dt).max, dt), a)
+    return neg(a)
 
 
 def _rounding(op, x):

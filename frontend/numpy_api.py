@@ -431,6 +431,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
         r = UFUNCS[ufunc](*inputs)
         r = F.cast(r, dtype) if dtype is not None else r
+        if isinstance(r, Tracer):
+            r.ctx.weak.discard(r.id)  # np.exp(t) of a Python number is a (strong) np.float64
         # a ufunc always returns a new array
         return r.copy_() if any(r is x for x in inputs) or (
             isinstance(r, Tracer) and r.base is not None) else r
@@ -645,7 +647,7 @@ def _install():
     T.sum, T.prod, T.mean, T.max, T.min = _sum, _prod, _mean, _max, _min
     T.var, T.std, T.cumsum, T.cumprod = _var, _std, _cumsum, _cumprod
     T.argmax = _argmax
-    T.argmin = functools.partial(_argmax, neg=True)
+    T.argmin = lambda s, *args, **kwargs: _argmax(s, *args, neg=True, **kwargs)
     T.astype = _astype
     T.dot = lambda s, o: _dot(s, o)
     T.clip = lambda s, a_min=None, a_max=None, **kw: _clip(s, a_min, a_max, **kw)

@@ -78,6 +78,10 @@ class TraceContext:
         # arrays of enclosing traces that the traced function closes over: outer tracer ->
         # the input of this graph that stands for it (see `capture`)
         self.captured = {}
+        # 0-d values computed from Python scalar arguments alone (1 + t, 0.9 ** t): they stay
+        # weakly typed, as the Python numbers they stand for would (a float32 array stays
+        # float32 when combined with them)
+        self.weak = set()
 
     def capture(self, t: "Tracer") -> "Tracer":
         """An input of this graph standing for `t`, a tracer of an enclosing (still active)
@@ -91,7 +95,7 @@ class TraceContext:
             node = t.ctx.graph[t.id]
             got = self.input(t.shape, t.dtype, f"captured_{node['name'] or 'v%d' % t.id}",
                              where=node["where"])
-            if node["op"] == "input" and node["attrs"].get("weak"):
+            if (node["op"] == "input" and node["attrs"].get("weak")) or t.id in t.ctx.weak:
                 self.graph[got.id]["attrs"]["weak"] = True
             self.captured[key] = got
             # a snapshot: `t` itself may be assigned into later (x[i] = ...) in its trace

@@ -70,3 +70,32 @@ def test_the_transformation_cache_keeps_only_recent_functions():
     for i in range(api._TRANSFORMS_KEPT + 10):
         adjit.grad(lambda w, i=i: np.sum(w * i), backend="numpy")(np.ones(2))
     assert len(api._TRANSFORMS) <= api._TRANSFORMS_KEPT
+
+
+@pytest.mark.parametrize("a", [np.array([3, 0, 1, 2], np.uint8), np.array([5, -128, 0], np.int8),
+                               np.array([True, False]), np.array([2.0, -1.0, -1.0])],
+                         ids=["uint8", "int8-min", "bool", "float-ties"])
+def test_argmin_of_every_dtype(a):
+    assert adjit.compile(lambda a: np.argmin(a), backend="numpy")(a) == np.argmin(a)
+    assert adjit.compile(lambda a: a.argmin(), backend="numpy")(a) == np.argmin(a)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_gradient_equal_to_an_argument_is_not_that_argument(backend):
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    ps = [a, b]
+    gs = adjit.grad(lambda ps: np.sum(ps[0] * ps[1]), backend=backend)(ps)
+    for p, g in zip(ps, gs):
+        p -= 0.1 * g  # in-place SGD must not see the other parameter change under it
+    np.testing.assert_allclose(b, [2.9, 3.8])
+    X = np.arange(6.0).reshape(2, 3)
+    g = adjit.grad(lambda W, X: np.sum(X @ W), backend=backend)(np.ones((3, 2)), X)
+    g[:] = 0.0  # the gradient is X.T: a view of the caller's X unless copied
+    np.testing.assert_array_equal(X, np.arange(6.0).reshape(2, 3))
+
+
+def test_arithmetic_on_python_scalar_arguments_stays_weak():
+    x, t = np.ones(3, np.float32), 2.0
+    for f in (lambda x, t: x / (1 + t), lambda x, t: 0.9 ** t * x, lambda x, t: x * t ** 2,
+              lambda x, t: x * abs(-t), lambda x, t: x - np.exp(-t)):
+        assert adjit.compile(f, backend="numpy")(x, t).dtype == f(x, t).dtype
