@@ -12,10 +12,11 @@ the graph inside a TraceContext is how a rule's result becomes ordinary IR.
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 
 from ..frontend import functions as F
 from ..frontend.trace import replay
-from ..frontend.tracer import TraceContext, where_override
+from ..frontend.tracer import TraceContext, Tracer, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
 from ..ir.ops import OPS
@@ -63,7 +64,8 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                     c = F.full_like(env[o], 1.0)
             else:
                 c = ctx.input(d["shape"], d["dtype"], f"cotangent{k}", where=None)
-            cot[o] = c if o not in cot else F.add(cot[o], c)
+            cot.setdefault(o, []).append(c)
+        cot = _Cotangents(ctx, cot)
         cot_inputs = [cot[o] for o in diff_ids] if seed == "inputs" else []
         wrt_ids = [g.inputs[p] for p in wrt]
         need = _relevant(g, wrt_ids, diff_ids)
@@ -86,7 +88,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot[a] = ga if a not in cot else F.add(cot[a], ga)
+                    cot.add(a, ga)
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             if i in cot:
@@ -103,6 +105,80 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     new.meta = dict(g.meta)
     new.meta["n_primal_outputs"] = len(outs)
     return new
+
+
+class _Cotangents:
+    """The cotangent of each node: its contributions (one per use), summed when first read,
+    which is after every use has contributed (the sweep runs in reverse order).
+
+    Contributions that embed a piece of the node into zeros (`unslice`, the VJP of x[i]) and
+    never overlap are placed together: one concatenation of the pieces (and one gather when
+    they are out of order or leave gaps) instead of one zero-padded full-size array per use.
+    A loop over W[i] or xs[t] then keeps pieces of W's size in all, not one W per step."""
+
+    def __init__(self, ctx, initial):
+        self.ctx, self.parts, self.done = ctx, dict(initial), {}
+
+    def __contains__(self, n):
+        return n in self.done or n in self.parts
+
+    def add(self, n, t):
+        assert n not in self.done, "a cotangent was read before all its uses contributed"
+        self.parts.setdefault(n, []).append(t)
+
+    def __getitem__(self, n):
+        if n not in self.done:
+            self.done[n] = self._sum(self.parts.pop(n))
+        return self.done[n]
+
+    def _sum(self, parts):
+        g = self.ctx.graph
+        pieces = [t for t in parts if g[t.id]["op"] == "unslice"]
+        rest = [t for t in parts if g[t.id]["op"] != "unslice"]
+        total = None
+        if len(pieces) > 1:
+            placed, rest = self._disjoint(pieces, rest)
+            total = self._place(placed) if len(placed) > 1 else None
+            if total is None:
+                rest = placed + rest
+        else:
+            rest = pieces + rest
+        for t in rest:
+            total = t if total is None else F.add(total, t)
+        return total
+
+    def _positions(self, t):
+        d = self.ctx.graph[t.id]
+        grid = np.arange(int(np.prod(d["attrs"]["shape"], dtype=np.int64)))
+        return np.asarray(grid.reshape(d["attrs"]["shape"])[d["attrs"]["index"]]).reshape(-1)
+
+    def _disjoint(self, pieces, rest):
+        """(pieces that do not overlap, the others added to rest): greedy, in order."""
+        shape = self.ctx.graph[pieces[0].id]["attrs"]["shape"]
+        taken = np.zeros(int(np.prod(shape, dtype=np.int64)), bool)
+        placed, rest = [], list(rest)
+        for t in pieces:
+            pos = self._positions(t)
+            if not taken[pos].any() and len(np.unique(pos)) == len(pos):
+                taken[pos] = True
+                placed.append(t)
+            else:
+                rest.append(t)  # overlapping pieces add up
+        return placed, rest
+
+    def _place(self, pieces):
+        g = self.ctx.graph
+        shape = tuple(g[pieces[0].id]["attrs"]["shape"])
+        flat_pos = np.concatenate([self._positions(t) for t in pieces])
+        srcs = [F.reshape(Tracer(self.ctx, g[t.id]["args"][0]), (-1,)) for t in pieces]
+        n, size = len(flat_pos), int(np.prod(shape, dtype=np.int64))
+        if n == size and np.array_equal(flat_pos, np.arange(size)):
+            return F.reshape(F.concatenate(srcs, 0), shape)
+        dtype = g[pieces[0].id]["dtype"]
+        idx = np.full(size, n, np.intp)  # n: the zero after the pieces
+        idx[flat_pos] = np.arange(n)
+        flat = F.concatenate(srcs + [F.zeros((1,), dtype)], 0)
+        return F.reshape(F.gather(flat, [idx], (("a", 0),)), shape)
 
 
 def _name_cotangent(ctx, t, d):
