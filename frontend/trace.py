@@ -43,8 +43,14 @@ def leaf_spec(leaf, what):
     except Exception as e:  # noqa: BLE001 - reported with the argument's name
         raise TraceError(f"argument {what} is not an array ({type(leaf).__name__}): {e}")
     if a.dtype == object or a.dtype.kind not in "biufc":
+        hint = ""
+        if a.dtype == object and a.ndim == 0:
+            hint = (f" A {type(leaf).__name__} is not a container adjit looks into: arguments "
+                    "may be arrays, numbers, and dicts, lists, tuples and namedtuples of them "
+                    "(pass dataclasses.asdict(obj) or a namedtuple; a hashable configuration "
+                    "object may be static).")
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
-                         "only (pass other values as static arguments: static_argnums=...)")
+                         f"only (pass other values as static arguments: static_argnums=...).{hint}")
     if a.dtype.kind == "c":
         raise TraceError(f"argument {what} is complex ({a.dtype}); adjit has no complex "
                          "dtype: pass the real and imaginary parts as two float arrays")
@@ -163,5 +169,6 @@ def check_differentiable(graph, positions, fn_name):
             raise GradError(
                 f"cannot differentiate {fn_name} with respect to {d['name']} of dtype "
                 f"{d['dtype']}: only floating-point inputs have gradients. Convert it with "
-                ".astype(np.float64) (for a Python number: pass 3.0, not 3), or leave it out of argnums (integer labels need no "
-                "gradient).")
+                ".astype(np.float64) (for a Python number: pass 3.0, not 3), or leave it out "
+                "of argnums (integer labels need no gradient; inside a dict or list that is "
+                "differentiated, move them to an argument of their own).")
