@@ -22,18 +22,13 @@ from ..ir.ops import OPS
 MAX_GROUP = 256
 
 
-def fuse_elementwise(g: Graph, reductions=True, barriers=()) -> Graph:
+def fuse_elementwise(g: Graph, reductions=True) -> Graph:
     """Return a fused copy of g (g is unchanged).
 
     reductions: let sum/max of a group's value join the group (a backend whose fused code
     would materialise the prologue anyway, like NumPy's, turns this off).
-    barriers: nodes that end their group (no consumer joins it): the checkpoint candidates
-    when checkpointing is asked for, so that an elementwise recurrence (an ODE step) keeps
-    the values it can be cut at instead of becoming one kernel from start to end. A dict
-    maps each barrier to the consumers it does not stop (the backward pass's nodes).
     """
     f = _Fuser(g)
-    f.barriers = dict(barriers) if isinstance(barriers, dict) else dict.fromkeys(barriers, ())
     f.group_elementwise()
     if reductions:
         f.join_reductions()
@@ -47,7 +42,6 @@ def _fusion(g, n):
 class _Fuser:
     def __init__(self, g):
         self.g = g
-        self.barriers = {}
         self.users = {n: g.users(n) for n in g.nodes()}
         self.members = {n for n in g.nodes() if _fusion(g, n) == "map"}
         self.parent = {n: n for n in self.members}
@@ -145,8 +139,7 @@ class _Fuser:
                 if g[u]["shape"] != g[v]["shape"]:
                     continue
                 a, b = self.find(u), self.find(v)
-                if len(self.sets[a]) + len(self.sets[b]) > MAX_GROUP or (
-                        u in self.barriers and v not in self.barriers[u]):
+                if len(self.sets[a]) + len(self.sets[b]) > MAX_GROUP:
                     continue
                 cycle, reached = self._between(a, b)
                 if not cycle:

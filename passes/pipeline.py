@@ -24,14 +24,8 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
     steps = [("simplify", simplify)]
     if fuse and getattr(backend, "FUSES", False):
         from .fusion import fuse_elementwise
-        cut = checkpoint is not None or memory_budget is not None
-
-        def fusion(x):
-            # with checkpointing, groups end at the cut points the checkpoint pass may choose
-            barriers = _cut_points(x) if cut else ()
-            return fuse_elementwise(x, barriers=barriers,
-                                    **getattr(backend, "FUSION_OPTIONS", {}))
-        steps.append(("fusion", fusion))
+        steps.append(("fusion", lambda x: fuse_elementwise(x, **getattr(
+            backend, "FUSION_OPTIONS", {}))))
     scratch = getattr(backend, "scratch_bytes", None)   # its fused groups' temporaries
     # results the backend writes into donated arguments' buffers allocate nothing
     donate = dict(donate_argnums=normalize(donate_argnums),
@@ -50,14 +44,6 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         if debug >= 2:
             print(f"-- after {name} --\n{g}\n")
     return g
-
-
-def _cut_points(g):
-    """The checkpoint candidates, as barriers to forward nodes only (a backward group may
-    still take a candidate's producer, as without checkpointing)."""
-    from .checkpoint import _analyze
-    a = _analyze(g)
-    return {c: a.backward for c in a.chain}
 
 
 def memory_report(g):
