@@ -86,8 +86,38 @@ class Compiled:
     def _key(self, args):
         return self._flatten(args)[0]
 
+    # how to make this same transformation of another function (set by the public
+    # transformations); keyword-only arguments are bound with functools.partial through it
+    _rebuild = None
+
+    def _with_keywords(self, kw_only):
+        """This transformation of fn with its keyword-only arguments bound: they are static
+        configuration (numbers, strings), one program per value, as static_argnums."""
+        try:
+            key = tuple(sorted(kw_only.items()))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is None or self._rebuild is None or any(
+                isinstance(v, (np.ndarray, Tracer)) for v in kw_only.values()):
+            names = ", ".join(sorted(kw_only))
+            raise TypeError(
+                f"{self.__name__}() got keyword-only argument(s) {names} holding arrays (or "
+                "unhashable values); adjit binds keyword-only arguments as static "
+                "configuration (numbers, strings, tuples). Pass arrays positionally, or bind "
+                "them first with functools.partial")
+        cache = self.__dict__.setdefault("_kw_cache", {})
+        sub = cache.get(key)
+        if sub is None:
+            sub = cache[key] = self._rebuild(functools.partial(self.fn, **kw_only))
+        return sub
+
     def __call__(self, *args, **kwargs):
         if kwargs:
+            kw_only = _keyword_only(self.fn, kwargs)
+            if kw_only:
+                return self._with_keywords(kw_only)(
+                    *args, **{k: v for k, v in kwargs.items() if k not in kw_only})
             args = bind_keywords(self.fn, self.__name__, args, kwargs)
         key, leaves = self._flatten(args)
         if current() is not None or any(isinstance(x, Tracer) for x in leaves):
@@ -129,6 +159,19 @@ class Compiled:
         g = self.trace(*args)
         return compile_graph(g, Program, self.static_argnums, name=self.__name__,
                              **self.options)
+
+
+def _keyword_only(fn, kwargs) -> dict:
+    """The keyword arguments that fn takes by keyword only (after * or through **kwargs)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in kwargs.items()
+            if (k in params and params[k].kind == params[k].KEYWORD_ONLY)
+            or (k not in params and var_kw)}
 
 
 def bind_keywords(fn, name, args, kwargs):
@@ -213,7 +256,11 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
                                  **backend_options)
     opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
                 static_argnums=_static(static_argnums, fn), **backend_options)
-    return _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
+    c = _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
+    c._rebuild = lambda f: compile(f, backend=backend, fuse=fuse, checkpoint=checkpoint,
+                                   memory_budget=memory_budget, static_argnums=static_argnums,
+                                   **backend_options)
+    return c
 
 
 # -- helpers for the transformations ----------------------------------------------------------
@@ -348,8 +395,11 @@ def grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """
     static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-    return _cached("grad", fn, lambda: _make_grad(fn, argnums, has_aux, static,
-                                                  compile_options), key)
+    c = _cached("grad", fn, lambda: _make_grad(fn, argnums, has_aux, static,
+                                               compile_options), key)
+    c._rebuild = lambda f: grad(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                                **compile_options)
+    return c
 
 
 def _make_grad(fn, argnums, has_aux, static, compile_options):
@@ -375,9 +425,12 @@ def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile
     """
     static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-    return _cached("value_and_grad", fn, lambda: Compiled(
+    c = _cached("value_and_grad", fn, lambda: Compiled(
         fn, _grad_traced(fn, argnums, has_aux, True, static), static_argnums=static,
         name=f"value_and_grad_{_fn_name(fn)}", **compile_options), key)
+    c._rebuild = lambda f: value_and_grad(f, argnums, has_aux=has_aux,
+                                          static_argnums=static_argnums, **compile_options)
+    return c
 
 
 def _static(s, fn=None):

@@ -99,3 +99,15 @@ def test_arithmetic_on_python_scalar_arguments_stays_weak():
     for f in (lambda x, t: x / (1 + t), lambda x, t: 0.9 ** t * x, lambda x, t: x * t ** 2,
               lambda x, t: x * abs(-t), lambda x, t: x - np.exp(-t)):
         assert adjit.compile(f, backend="numpy")(x, t).dtype == f(x, t).dtype
+
+
+def test_keyword_only_arguments_are_static_configuration():
+    def f(w, *, scale, mode="sq", **extra):
+        base = np.sum(w ** 2) if mode == "sq" else np.sum(np.abs(w))
+        return base * scale * extra.get("c", 1.0)
+    w = np.array([1.0, -2.0])
+    np.testing.assert_allclose(adjit.grad(f)(w, scale=3.0), 6.0 * w)
+    np.testing.assert_allclose(adjit.grad(f)(w, scale=2.0, mode="abs", c=5.0), 10.0 * np.sign(w))
+    v, g = adjit.value_and_grad(f)(w, scale=0.5)
+    assert v == 2.5
+    assert adjit.compile(f, backend="numpy")(w, scale=2.0) == 10.0
