@@ -239,7 +239,7 @@ class Tracer:
             self._pending = (self._id, [], np.full(self.size, -1, np.intp))
         writes, last = self._pending[1], self._pending[2]
         last[pos.reshape(-1)] = len(writes)
-        writes.append((pos.reshape(-1), vid))
+        writes.append((pos.reshape(-1), vid, user_where()))
         self.ver += 1
 
     def read_pending(self, pos: np.ndarray):
@@ -252,7 +252,7 @@ class Tracer:
         w = self._pending[2][flat]
         if w[0] < 0 or (w != w[0]).any():
             return None
-        wpos, vid = self._pending[1][w[0]]
+        wpos, vid, _ = self._pending[1][w[0]]
         order = np.argsort(wpos, kind="stable")
         j = order[np.searchsorted(wpos[order], flat, side="right") - 1]  # last occurrence
         if j.size != wpos.size or not np.array_equal(j, np.arange(j.size)):
@@ -282,22 +282,23 @@ class Tracer:
             pos = OPS[op].numpy(pos, *consts, **attrs)
         return np.asarray(pos)
 
-    def _node(self, op, ids, attrs):
+    def _node(self, op, ids, attrs, where=None):
         g = self.ctx.graph
         d = [g[i] for i in ids]
         shape = tuple(int(v) for v in OPS[op].shape([x["shape"] for x in d], attrs))
         return g.add(op, ids, shape, OPS[op].dtype([x["dtype"] for x in d], attrs), attrs,
-                     None, user_where())
+                     None, where or user_where())
 
     def _materialize(self):
         """The collected writes as nodes: the written values (and what is left of the old
         value) concatenated flat, then one gather unless they already lie in order."""
         base_id, writes, _ = self._pending
         self._pending = None
+        where = writes[-1][2]  # the nodes are the writes': named after the last one's line
         size = self.size
         idx = np.arange(size, dtype=np.intp)
         sources, offset = [(base_id, size)], size
-        for pos, vid in writes:
+        for pos, vid, _ in writes:
             idx[pos] = offset + np.arange(pos.size)
             sources.append((vid, pos.size))
             offset += pos.size
@@ -308,17 +309,18 @@ class Tracer:
             if used[start:start + n].any():
                 remap[start:start + n] = n_kept + np.arange(n)
                 kept.append(sid if self.ctx.graph[sid]["shape"] == (n,) else
-                            self._node("reshape", [sid], {"shape": (n,)}))
+                            self._node("reshape", [sid], {"shape": (n,)}, where))
                 n_kept += n
             start += n
         idx = remap[idx]
-        flat = kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0})
+        flat = kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0},
+                                                         where)
         if n_kept != size or not np.array_equal(idx, np.arange(size)):
             c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
-                                   {"value": idx, "dtype": idx.dtype}, None, user_where())
-            flat = self._node("gather", [flat, c], {"key": (("a", 0),)})
+                                   {"value": idx, "dtype": idx.dtype}, None, where)
+            flat = self._node("gather", [flat, c], {"key": (("a", 0),)}, where)
         self._id = flat if self.shape == (size,) else self._node("reshape", [flat],
-                                                                  {"shape": self.shape})
+                                                                  {"shape": self.shape}, where)
 
     def _rederive(self):
         b = self.base
