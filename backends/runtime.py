@@ -103,9 +103,10 @@ def _shared_outputs(graph) -> list:
         n = o
         while OPS[graph[n]["op"]].kind == "view" and graph.args(n):
             n = graph.args(n)[0]
-        if o in seen or graph[n]["op"] in ("const", "input"):
+        # n: the array whose memory this result shares (itself, or what it is a view of)
+        if n in seen or graph[n]["op"] in ("const", "input"):
             out.append(i)
-        seen.add(o)
+        seen.add(n)
     return out
 
 

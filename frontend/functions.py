@@ -158,6 +158,13 @@ def _compare(op, x, y):
         return OPS[op].numpy(x, y)
     ctx = _ctx([x, y])
     dt = result_dtype(x, y)
+    if dt.kind in "iu" and any(_is_weak(v) and not isinstance(_dtype_part(v), bool)
+                               for v in (x, y)):
+        # a Python int compared with small integers: NumPy compares the values (x > 300 on
+        # int8 is all False), so compare in int64 rather than wrap the number into the dtype
+        dt = np.result_type(dt, np.int64) if dt != np.uint64 else dt
+        if any(_weak(v) and not np.can_cast(np.min_scalar_type(v), dt) for v in (x, y)):
+            dt = np.dtype(np.float64)
     shape = _broadcast_shape(op, [_shape_of(x), _shape_of(y)])
     return ctx.emit(op, [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
 

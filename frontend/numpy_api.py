@@ -628,12 +628,12 @@ def _install():
     T.__ne__ = lambda s, o: F.ne(s, o)
     T.__getitem__ = lambda s, k: F.getitem(s, k)
     T.__setitem__ = _setitem
-    T.__floordiv__ = lambda s, o: N.floor_divide(s, o)
-    T.__rfloordiv__ = lambda s, o: N.floor_divide(o, s)
-    T.__mod__ = lambda s, o: N.remainder(s, o)
-    T.__rmod__ = lambda s, o: N.remainder(o, s)
-    T.__divmod__ = lambda s, o: N.divmod_(s, o)
-    T.__rdivmod__ = lambda s, o: N.divmod_(o, s)
+    T.__floordiv__ = lambda s, o: _python_op(N.floor_divide, s, o)
+    T.__rfloordiv__ = lambda s, o: _python_op(N.floor_divide, o, s)
+    T.__mod__ = lambda s, o: _python_op(N.remainder, s, o)
+    T.__rmod__ = lambda s, o: _python_op(N.remainder, o, s)
+    T.__divmod__ = lambda s, o: _python_op(N.divmod_, s, o)
+    T.__rdivmod__ = lambda s, o: _python_op(N.divmod_, o, s)
     T.__and__ = lambda s, o: _bitwise("&", C.logical_and, s, o)
     T.__rand__ = lambda s, o: _bitwise("&", C.logical_and, o, s)
     T.__or__ = lambda s, o: _bitwise("|", C.logical_or, s, o)
@@ -696,6 +696,17 @@ def _flat(s):
     if r is not s and r.base is None:
         raise UnsupportedError(f"x.flat of a non-contiguous view{_at(user_where())}; use "
                                "x.reshape(-1) on a copy, or index x directly")
+    return r
+
+
+def _python_op(fn, x, y):
+    """x % y, x // y, divmod: between Python numbers (weak arguments) the result stays a
+    Python number, as with + - * /."""
+    r = fn(x, y)
+    if F._is_weak(x) and F._is_weak(y):
+        for t in (r if isinstance(r, tuple) else (r,)):
+            if isinstance(t, Tracer) and t.shape == ():
+                t.ctx.weak.add(t.id)
     return r
 
 

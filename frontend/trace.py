@@ -32,8 +32,9 @@ def arg_names(fn, n):
 
 def leaf_spec(leaf, what):
     """(shape, dtype, weak) of an argument leaf; Python scalars are weakly typed."""
-    if isinstance(leaf, Tracer):
-        return leaf.shape, leaf.dtype, False
+    if isinstance(leaf, Tracer):  # a nested transformation: a weak argument stays weak
+        from .functions import _is_weak
+        return leaf.shape, leaf.dtype, _is_weak(leaf)
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
         return (), np.asarray(leaf).dtype, True
     if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray

@@ -111,3 +111,28 @@ def test_keyword_only_arguments_are_static_configuration():
     v, g = adjit.value_and_grad(f)(w, scale=0.5)
     assert v == 2.5
     assert adjit.compile(f, backend="numpy")(w, scale=2.0) == 10.0
+
+
+def test_results_that_are_views_of_one_another_are_separate():
+    a, b, w = np.ones((3, 4)), np.ones((4, 3)), np.ones((3, 4))
+    gx, gy = adjit.grad(lambda x, y, w: np.sum(x * np.exp(w)) + np.sum(y * np.exp(w).T),
+                        argnums=(0, 1), backend="numpy")(a, b, w)
+    assert not np.shares_memory(gx, gy)
+
+
+def test_python_ints_compare_by_value_with_small_integer_arrays():
+    u8, i8 = np.array([0, 1, 200], np.uint8), np.array([0, 1, 100], np.int8)
+    for f, a, t in [(lambda x, t: x > t, u8, -2), (lambda x, t: x > t, i8, 300),
+                    (lambda x, t: x < t, i8, 300), (lambda x, t: x == t, i8, 1)]:
+        np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(a, t), f(a, t))
+    np.testing.assert_array_equal(adjit.compile(lambda x: x > 300, backend="numpy")(i8),
+                                  [False, False, False])
+
+
+def test_weak_arguments_stay_weak_through_modulo_and_nested_transformations():
+    x32 = np.ones(3, np.float32)
+    for f, t in [(lambda x, t: x * (t % 2), 0.7), (lambda x, t: x * (t // 2), 3),
+                 (lambda x, t: x * divmod(t, 2)[1], 0.7)]:
+        assert adjit.compile(f, backend="numpy")(x32, t).dtype == np.float32
+    v, _ = adjit.value_and_grad(lambda w, t: np.sum(w) * t, backend="numpy")(x32, 0.5)
+    assert v.dtype == np.float32
