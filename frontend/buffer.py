@@ -60,9 +60,6 @@ class Buffer(np.ndarray):
             return _lifted(self)[key]
         return np.ndarray.__getitem__(self, key)
 
-    def __len__(self):
-        return np.ndarray.__len__(self)
-
     def __iter__(self):
         # row by row through __getitem__, so rows taken before and after a traced write are
         # views of this array either way

@@ -439,7 +439,7 @@ def _getitem(x, key):
         return x
     if x._pending is not None:
         # reading what a recent assignment wrote: take the written value itself
-        nid = x.read_pending(_grid(x.shape)[key])
+        nid = x.read_pending(flat_positions(x.shape)[key])
         if nid is not None:
             out = Tracer(x.ctx, nid)
             out.view_of(x, "slice", {"index": key})
@@ -447,12 +447,24 @@ def _getitem(x, key):
     return slice_(x, key)
 
 
+def flat_positions(shape):
+    """Each element's flat position, for arrays of this shape (read-only; cached for the
+    sizes loops assign into again and again, made anew for large ones)."""
+    shape = tuple(int(d) for d in shape)
+    if int(np.prod(shape, dtype=np.int64)) > _GRID_CACHED:
+        return np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    return _cached_grid(shape)
+
+
+_GRID_CACHED = 1 << 20
+
+
 @functools.lru_cache(maxsize=16)
-def _grid(shape):
-    """Each element's flat position, for arrays of this shape (read-only, cached)."""
+def _cached_grid(shape):
     g = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
     g.flags.writeable = False
     return g
+
 
 
 def traced_mask(x, key):
@@ -566,7 +578,7 @@ def index_target(x, key, v, grid=None):
                 f"i){_at(user_where())} is not supported; write "
                 "x = adjit.where(np.arange(len(x)) == i, v, x) instead")
     if grid is None:
-        grid = _grid(x.shape)
+        grid = flat_positions(x.shape)
     try:
         pos = np.asarray(grid[key])
     except IndexError as e:
@@ -928,13 +940,9 @@ def logsumexp(x, axis=None, keepdims=False):
     # the shift cancels mathematically, so no cotangent needs to flow through the max; an
     # infinite max is not subtracted (inf - inf), so the result is +-inf as NumPy's log(sum(exp))
     m = max(x, axis=axis, keepdims=True)
-    m = stop_gradient(where(equal_inf(m), zeros_like(m), m))
+    m = stop_gradient(where(eq(abs(m), np.inf), zeros_like(m), m))
     s = add(log(sum(exp(sub(x, m)), axis=axis, keepdims=True)), m)
     return s if keepdims else squeeze(s, _axes(x, axis))
-
-
-def equal_inf(m):
-    return eq(abs(m), np.inf)
 
 
 @_resolving

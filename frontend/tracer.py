@@ -276,8 +276,8 @@ class Tracer:
         return self._chain_positions()
 
     def _chain_positions(self) -> np.ndarray:
-        from .functions import _grid
-        pos = _grid(self.base.shape)
+        from .functions import flat_positions
+        pos = flat_positions(self.base.shape)
         for op, attrs, consts, _ in self.chain:
             pos = OPS[op].numpy(pos, *consts, **attrs)
         return np.asarray(pos)

@@ -79,6 +79,10 @@ class OpDef:
     #   strided view copies); "read-only": a view that cannot be written (np.broadcast_to);
     #   None: a new array
     alias: str | None = None
+    # places(attrs) -> the flat positions in the result where the argument's elements go,
+    #   for an op whose result is zeros elsewhere (unslice, the VJP of x[i]); read by
+    #   passes/autodiff.py to place non-overlapping cotangent pieces side by side
+    places: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -462,7 +466,8 @@ _register(OpDef(
     "unslice", 1, "layout", lambda s, a: tuple(a["shape"]), first_dtype, _unslice,
     lambda g, out, x, index, shape: [F.slice_(g, index)],
     lambda t, out, x, index, shape: F.unslice(t[0], index, shape), None,
-    doc="zeros of `shape` with the argument written at `index` (the VJP of slice)"))
+    doc="zeros of `shape` with the argument written at `index` (the VJP of slice)",
+    places=lambda a: np.asarray(F.flat_positions(a["shape"])[a["index"]]).reshape(-1)))
 _register(OpDef(
     "concatenate", None, "layout", concat_shape, first_dtype,
     lambda *xs, axis: np.concatenate(xs, axis=axis),

@@ -111,8 +111,8 @@ class _Cotangents:
     """The cotangent of each node: its contributions (one per use), summed when first read,
     which is after every use has contributed (the sweep runs in reverse order).
 
-    Contributions that embed a piece of the node into zeros (`unslice`, the VJP of x[i]) and
-    never overlap are placed together: one concatenation of the pieces (and one gather when
+    Contributions that embed a piece of the node into zeros (ops with `places` in the
+    registry: unslice, the VJP of x[i]) and never overlap are placed together: one concatenation of the pieces (and one gather when
     they are out of order or leave gaps) instead of one zero-padded full-size array per use.
     A loop over W[i] or xs[t] then keeps pieces of W's size in all, not one W per step."""
 
@@ -133,8 +133,8 @@ class _Cotangents:
 
     def _sum(self, parts):
         g = self.ctx.graph
-        pieces = [t for t in parts if g[t.id]["op"] == "unslice"]
-        rest = [t for t in parts if g[t.id]["op"] != "unslice"]
+        pieces = [t for t in parts if OPS[g[t.id]["op"]].places is not None]
+        rest = [t for t in parts if OPS[g[t.id]["op"]].places is None]
         total = None
         if len(pieces) > 1:
             placed, rest = self._disjoint(pieces, rest)
@@ -149,13 +149,11 @@ class _Cotangents:
 
     def _positions(self, t):
         d = self.ctx.graph[t.id]
-        grid = np.arange(int(np.prod(d["attrs"]["shape"], dtype=np.int64)))
-        return np.asarray(grid.reshape(d["attrs"]["shape"])[d["attrs"]["index"]]).reshape(-1)
+        return OPS[d["op"]].places(d["attrs"])
 
     def _disjoint(self, pieces, rest):
         """(pieces that do not overlap, the others added to rest): greedy, in order."""
-        shape = self.ctx.graph[pieces[0].id]["attrs"]["shape"]
-        taken = np.zeros(int(np.prod(shape, dtype=np.int64)), bool)
+        taken = np.zeros(int(np.prod(pieces[0].shape, dtype=np.int64)), bool)
         placed, rest = [], list(rest)
         for t in pieces:
             pos = self._positions(t)
@@ -168,7 +166,7 @@ class _Cotangents:
 
     def _place(self, pieces):
         g = self.ctx.graph
-        shape = tuple(g[pieces[0].id]["attrs"]["shape"])
+        shape = pieces[0].shape
         flat_pos = np.concatenate([self._positions(t) for t in pieces])
         srcs = [F.reshape(Tracer(self.ctx, g[t.id]["args"][0]), (-1,)) for t in pieces]
         n, size = len(flat_pos), int(np.prod(shape, dtype=np.int64))
