@@ -7,8 +7,8 @@ array([-2.,  2.])
 from .backends.runtime import MemoryReport, Program, measure_peak_memory
 from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jacobian,
                            jvp, value_and_grad, vjp)
-from .frontend.functions import (logsumexp, log_softmax, one_hot, relu, sigmoid, softmax,
-                                 softplus, stop_gradient, where)
+from .frontend.functions import (erf, erfc, logsumexp, log_softmax, one_hot, relu, sigmoid,
+                                 softmax, softplus, stop_gradient, where)
 from .frontend.trace import trace
 from .ir.errors import (AdjitError, BudgetError, GradError, OptionError, ShapeError,
                         TraceError, UnsupportedError, VerifyError)
@@ -17,6 +17,6 @@ from .ir.graph import Graph
 __all__ = ["AdjitError", "BudgetError", "Compiled", "Graph", "GradError", "MemoryReport", "OptionError",
            "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
            "compile", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
-           "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
+           "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
            "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "where"]
 __version__ = "0.1.0"

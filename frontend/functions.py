@@ -919,6 +919,29 @@ def sigmoid(x):
 
 
 @_resolving
+def erf(x):
+    """The error function 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, as scipy.special.erf
+    (which adjit also traces); its derivative is 2/sqrt(pi) exp(-x^2).
+
+    >>> import numpy as np, adjit
+    >>> round(float(adjit.erf(np.array(1.0))), 6)
+    0.842701
+    """
+    return _elementwise("erf", [x], float_only=True)
+
+
+@_resolving
+def erfc(x):
+    """1 - erf(x), accurate where erf(x) is near 1 (as scipy.special.erfc).
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.erfc(np.array(10.0))) > 0
+    True
+    """
+    return _elementwise("erfc", [x], float_only=True)
+
+
+@_resolving
 def softplus(x):
     """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
 

@@ -321,6 +321,10 @@ FUNCTIONS = {
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+# adjit's arrays are real (complex arguments are refused): the real part is the array, as
+# NumPy's np.real of a real array is a view of it, and the imaginary part is zero
+FUNCTIONS.update({np.real: lambda x: x, np.imag: F.zeros_like,
+                  np.iscomplexobj: lambda x: False, np.isrealobj: lambda x: True})
 FUNCTIONS.update({
     np.cov: S.cov, np.corrcoef: S.corrcoef, np.quantile: S.quantile,
     np.percentile: S.percentile, np.nanvar: S.nanvar, np.nanstd: S.nanstd,
@@ -480,6 +484,23 @@ def _ufunc_at(ufunc, a, indices, b=None):
     _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
 
 
+def _entr(x):
+    """-x log x for x > 0, 0 at 0, -inf below (scipy.special.entr)"""
+    pos, safe = F.gt(x, 0), F.where(F.gt(x, 0), x, 1.0)
+    return F.where(pos, F.neg(F.mul(x, F.log(safe))),
+                   F.where(F.eq(x, 0), F.zeros_like(safe), F.full_like(safe, -np.inf)))
+
+
+def _rel_entr(x, y):
+    """x log(x / y) for x, y > 0, 0 where x == 0 and y >= 0, inf elsewhere
+    (scipy.special.rel_entr)"""
+    ok = C.logical_and(F.gt(x, 0), F.gt(y, 0))
+    sx, sy = F.where(ok, x, 1.0), F.where(ok, y, 1.0)
+    zero = C.logical_and(F.eq(x, 0), F.ge(y, 0))
+    r = F.mul(x, F.log(F.div(sx, sy)))
+    return F.where(ok, r, F.where(zero, F.zeros_like(r), F.full_like(r, np.inf)))
+
+
 def _xlogy(log):
     def xlogy(x, y):
         zero = F.eq(x, 0)
@@ -492,6 +513,9 @@ _SCIPY_SPECIAL = {
     "expit": F.sigmoid, "log_expit": lambda x: F.neg(F.softplus(F.neg(x))),
     "logit": lambda p: F.sub(F.log(p), F.log1p(F.neg(p))),
     "xlogy": _xlogy(F.log), "xlog1py": _xlogy(F.log1p),
+    "erf": F.erf, "erfc": F.erfc, "entr": _entr, "rel_entr": _rel_entr,
+    # the standard normal CDF
+    "ndtr": lambda x: F.mul(F.erfc(F.mul(x, -1.0 / math.sqrt(2.0))), 0.5),
 }
 
 

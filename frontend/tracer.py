@@ -435,6 +435,13 @@ class Tracer:
     def item(self):
         self._concrete(".item()")
 
+    def __array_namespace__(self, *, api_version=None):
+        """The array API namespace of a traced array is NumPy's: its functions dispatch to the
+        tracer (`__array_function__`, `__array_ufunc__`). SciPy's array-API code
+        (`scipy.special.logsumexp`, `scipy.stats`) asks for it, and for whether the array may be
+        assigned into, which a tracer may."""
+        return np
+
     def tolist(self):
         self._concrete(".tolist()")
 

@@ -316,6 +316,36 @@ for _name, _fn, _deriv, _c in _INVERSE:
     unary(_name, _fn, lambda g, out, x, d=_deriv: [F.mul(g, d(x))],
           lambda t, out, x, d=_deriv: F.mul(t[0], d(x)), f"np.{_name}({{0}})",
           f"math.{_c}({{0}})", f"{_c}({{0}})", flops=8)
+# the error function: SciPy's ufuncs where SciPy is installed (it is not a dependency: a user
+# reaches these through scipy.special or adjit.erf), else math's element by element
+_SPECIAL = {}
+
+
+def _special(name):
+    def fn(x):
+        x = np.asarray(x)
+        dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+        if name not in _SPECIAL:
+            try:
+                from scipy import special
+                _SPECIAL[name] = getattr(special, name)
+            except ImportError:
+                _SPECIAL[name] = np.vectorize(getattr(math, name), otypes=[np.float64])
+        return np.asarray(_SPECIAL[name](x)).astype(dt, copy=False)
+    fn.__name__ = f"_{name}"
+    return fn
+
+
+def _erf_d(x):
+    """erf'(x) = 2 / sqrt(pi) exp(-x^2)"""
+    return F.mul(F.exp(F.neg(F.mul(x, x))), 2.0 / math.sqrt(math.pi))
+
+
+unary("erf", _special("erf"), lambda g, out, x: [F.mul(g, _erf_d(x))],
+      lambda t, out, x: F.mul(t[0], _erf_d(x)), None, "math.erf({0})", "erf({0})", 20)
+unary("erfc", _special("erfc"), lambda g, out, x: [F.neg(F.mul(g, _erf_d(x)))],
+      lambda t, out, x: F.neg(F.mul(t[0], _erf_d(x))), None, "math.erfc({0})", "erfc({0})",
+      20)
 unary("sign", np.sign, lambda g, out, x: [None], lambda t, out, x: None,
       "np.sign({0})", "_rt_sign({0})", "_rt_sign({0})", differentiable=False)
 unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: None,

@@ -87,6 +87,8 @@ TABLE = {
     "arcsinh": _u(np.arcsinh, "small"),
     "arccosh": _u(np.arccosh, "gt1"),
     "arctanh": _u(np.arctanh, "unit"),
+    "erf": _u(adjit.erf, "small"),  # where erf' is not tiny: central differences resolve it
+    "erfc": _u(adjit.erfc, "small"),
     "arctan2": _b(np.arctan2, "away0"),
     # kinks where x / y is whole: y away from 0 and x spread over several multiples of y
     "fmod": _b(lambda x, y: np.fmod(x * 4.0, y), "any", "away0"),

@@ -97,15 +97,43 @@ def test_scipy_special_compositions():
     sp = pytest.importorskip("scipy.special")
     p = RNG.uniform(0.1, 0.9, size=(4, 3))
     for fn in (sp.expit, sp.log_expit, sp.logit, lambda a: sp.xlogy(a, a + 1),
-               lambda a: sp.xlog1py(a - 0.1, a)):
-        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(p), fn(p), rtol=1e-12)
+               lambda a: sp.xlog1py(a - 0.1, a), sp.erf, sp.erfc, sp.ndtr, sp.entr,
+               lambda a: sp.rel_entr(a, a[::-1]),
+               lambda a: 0.5 * a * (1 + sp.erf(a / np.sqrt(2)))):    # GELU
+        for backend in ("numpy", "numba"):
+            np.testing.assert_allclose(adjit.compile(fn, backend=backend)(p), fn(p),
+                                       rtol=1e-12)
         assert adjit.gradcheck(lambda a: np.sum(fn(a)), p) < 1e-6
-    with pytest.raises(adjit.UnsupportedError, match=r"erf \(not NumPy's"):
-        adjit.compile(sp.erf, backend="numpy")(p)
+    x32 = p.astype(np.float32)
+    assert adjit.compile(lambda a: sp.entr(a) + sp.erf(a))(x32).dtype == np.float32
+    with pytest.raises(adjit.UnsupportedError, match=r"gammaln \(not NumPy's"):
+        adjit.compile(sp.gammaln, backend="numpy")(p)
     # scipy.special.softmax is written in NumPy (np.array(..., copy=np._CopyMode...))
     f = lambda a: np.sum(sp.softmax(a, axis=1) ** 2)  # noqa: E731
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(p), f(p), rtol=1e-12)
     assert adjit.gradcheck(f, p) < 1e-6
+
+
+def test_scipy_array_api_functions_trace():
+    """SciPy's array-API code (logsumexp, log_softmax, zscore, entropy) asks the tracer for its
+    namespace (NumPy's) and assigns into copies: both work while tracing."""
+    sp = pytest.importorskip("scipy.special")
+    stats = pytest.importorskip("scipy.stats")
+    x = RNG.normal(size=(4, 5))
+    w = RNG.uniform(0.5, 2.0, size=(4, 5))
+    q = RNG.uniform(0.1, 1.0, size=20)
+    cases = [lambda a: np.sum(sp.logsumexp(a, axis=1)), lambda a: sp.logsumexp(a),
+             lambda a: np.sum(sp.logsumexp(a, axis=0, keepdims=True) ** 2),
+             lambda a: np.sum(sp.logsumexp(a, axis=1, b=w)),
+             lambda a: np.sum(sp.logsumexp(w, axis=1, b=a ** 2)),
+             lambda a: np.sum(sp.logsumexp(a, axis=1, b=w, return_sign=True)[0]),
+             lambda a: np.sum(sp.log_softmax(a, axis=1) * w),
+             lambda a: np.sum(stats.zscore(a, axis=1) * w),
+             lambda a: stats.entropy(np.exp(a).ravel()),
+             lambda a: stats.entropy(np.exp(a).ravel(), q)]
+    for fn in cases:
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(x), fn(x), rtol=1e-12)
+        assert adjit.gradcheck(fn, x) < 1e-6
 
 
 def test_mask_assignment_of_several_values_is_refused_clearly():
