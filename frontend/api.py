@@ -326,6 +326,9 @@ def _scalar_loss_check(g, fn, has_aux):
         if tree[0] not in ("tuple", "list") or tree[1] != 2:
             raise GradError(f"{name} was called with has_aux=True, so it must return "
                             f"a pair (loss, aux){_returned_at(g)}")
+    elif g.meta["out_tree"][0] == "none":
+        raise GradError(f"grad needs a scalar output, but {name} returned None; return the "
+                        "loss")
     elif g.meta["out_tree"][0] != "leaf":
         raise GradError(
             f"grad needs a scalar output, but {name} returned a "
@@ -438,7 +441,10 @@ def _static(s, fn=None):
     of fn's positional parameters, as in JAX. Checked against fn's signature when it has a
     fixed number of them."""
     import inspect
-    nums = (s,) if isinstance(s, (int, np.integer)) else tuple(s)
+    try:
+        nums = (s,) if isinstance(s, (int, np.integer)) else tuple(s)
+    except TypeError:
+        raise OptionError(f"static_argnums must be ints or a tuple of ints, got {s!r}") from None
     if any(not isinstance(a, (int, np.integer)) or isinstance(a, bool) for a in nums):
         raise OptionError(f"static_argnums must be ints or a tuple of ints, got {s!r}")
     try:
@@ -610,7 +616,15 @@ def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_optio
            [0., 4.]])
     """
     static = _static(static_argnums, fn)
+    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
+    c = _cached("jacobian", fn, lambda: _make_jacobian(fn, argnums, has_aux, static,
+                                                       compile_options), key)
+    c._rebuild = lambda f: jacobian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                                    **compile_options)
+    return c
 
+
+def _make_jacobian(fn, argnums, has_aux, static, compile_options):
     @functools.wraps(fn)
     def traced(*args):
         nums, many = _norm_argnums(argnums, len(args), static)
@@ -684,9 +698,10 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
     return blocks
 
 
-def hessian(fn, argnums=0, *, static_argnums=(), **compile_options):
+def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """The Hessian of a scalar fn with respect to args[argnums]: shape x.shape + x.shape
-    (nested like jacobian for pytrees and argnums tuples, as in JAX).
+    (nested like jacobian for pytrees and argnums tuples, as in JAX). With has_aux, fn
+    returns (loss, aux) and the result is (hessian, aux).
 
     >>> import numpy as np, adjit
     >>> adjit.hessian(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]))
@@ -694,10 +709,17 @@ def hessian(fn, argnums=0, *, static_argnums=(), **compile_options):
            [ 0., 12.]])
     """
     static = _static(static_argnums, fn)
-    inner = jacobian(grad(fn, argnums, static_argnums=static), argnums,
-                     static_argnums=static)
-    return Compiled(fn, inner._traced, static_argnums=static, name=f"hessian_{_fn_name(fn)}",
-                    **compile_options)
+    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
+
+    def make():
+        inner = _make_jacobian(_make_grad(fn, argnums, has_aux, static, {}), argnums, has_aux,
+                               static, {})
+        return Compiled(fn, inner._traced, static_argnums=static,
+                        name=f"hessian_{_fn_name(fn)}", **compile_options)
+    c = _cached("hessian", fn, make, key)
+    c._rebuild = lambda f: hessian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                                   **compile_options)
+    return c
 
 
 def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
@@ -708,14 +730,25 @@ def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
     >>> adjit.hvp(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
-    from ..passes.autodiff import derive_tangent
+    if "has_aux" in compile_options:
+        raise OptionError("hvp takes no has_aux: pass a function that returns the loss alone "
+                          "(functools.partial or a lambda that drops the aux value)")
     static = _static(static_argnums, fn)
-    g_fn = grad(fn, argnums, static_argnums=static)
+    key = dict(compile_options, argnums=argnums, static=static)
+    c = _cached("hvp", fn, lambda: _make_hvp(fn, argnums, static, compile_options), key)
+    c._rebuild = lambda f: hvp(f, argnums, static_argnums=static_argnums, **compile_options)
+    return c
+
+
+def _make_hvp(fn, argnums, static, compile_options):
+    from ..passes.autodiff import derive_tangent
+    g_fn = _make_grad(fn, argnums, False, static, {})
 
     @functools.wraps(fn)
     def traced(*args_v):
-        if not args_v:
-            raise TypeError(f"hvp of {_fn_name(fn)} is called as h(*args, v)")
+        if len(args_v) < 2:
+            raise TypeError(f"hvp of {_fn_name(fn)} is called as h(*args, v): the arguments "
+                            "of the function, then the vector v")
         args, v = args_v[:-1], args_v[-1]
         nums, many = _norm_argnums(argnums, len(args), static)
         g = trace(g_fn, *args, static_argnums=static)

@@ -138,9 +138,15 @@ class Buffer(np.ndarray):
             target[...] = value
             return None
         if _holds_traced((args, kwargs)):
-            if not _holds_promoted((args, kwargs)):
+            if _holds_promoted((args, kwargs)):
+                return func(*_resolve_tree(args), **_resolve_tree(kwargs))
+            if any(issubclass(t, Tracer) for t in types):
                 return NotImplemented  # a Tracer argument: its own dispatch takes it
-            return func(*_resolve_tree(args), **_resolve_tree(kwargs))
+            # the traced arguments are ones NumPy does not dispatch on (np.take's indices):
+            # this array's value joins the trace as a constant, and the Tracer takes it
+            lifted = _map_tree((args, kwargs), lambda x: _lifted(x) if isinstance(x, Buffer)
+                               else x)
+            return func(*lifted[0], **lifted[1])
         from .numpy_api import _VIEWS
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
             return super().__array_function__(func, types, args, kwargs)

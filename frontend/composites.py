@@ -172,6 +172,9 @@ def pad(x, pad_width, mode="constant", **kw):
     pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64).reshape(-1, 2)
                          if np.ndim(pad_width) > 1 else np.asarray(pad_width, np.int64),
                          (len(shape), 2))
+    if (pw < 0).any():
+        raise ShapeError(f"np.pad: index can't contain negative values ({pad_width!r})"
+                         f"{_at(user_where())}")
     if mode != "constant":
         for ax, (b, a) in enumerate(pw):
             if b or a:

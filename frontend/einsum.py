@@ -35,6 +35,14 @@ def _parse(subscripts, shapes):
                                    and c not in ell))
     else:
         out = out.replace("...", ell)
+        letters = "".join(ins)
+        for c in out:
+            if c not in letters:
+                raise ShapeError(f"np.einsum: output subscript '{c}' does not appear in the "
+                                 f"inputs{_at(user_where())}")
+            if out.count(c) > 1:
+                raise ShapeError(f"np.einsum: output subscript '{c}' appears more than once"
+                                 f"{_at(user_where())}")
     return ins, out
 
 

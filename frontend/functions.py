@@ -60,7 +60,15 @@ def lift(x, dtype, ctx=None):
     with_ctx = ctx if ctx is not None else current()
     # a copy: NumPy arrays the function writes into later keep the value they had here
     value = np.array(x, dtype=dtype)
+    if value.dtype.kind == "c":
+        _no_complex()
     return with_ctx.emit("const", [], {"value": value, "dtype": value.dtype})
+
+
+def _no_complex():
+    raise UnsupportedError(f"complex numbers are not supported by adjit{_at(user_where())}: "
+                           "it has no complex dtype; carry the real and imaginary parts as "
+                           "two float arrays")
 
 
 def _weak(x):
@@ -109,6 +117,8 @@ def _elementwise(op, xs, dtype=None, float_only=False):
         return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
     ctx = _ctx(xs)
     dt = result_dtype(*xs) if dtype is None else np.dtype(dtype)
+    if dt.kind == "c":
+        _no_complex()
     if float_only and dt.kind not in "fc":
         dt = np.result_type(dt, 1.0)
     shape = _broadcast_shape(op, [_shape_of(x) for x in xs])
@@ -261,6 +271,8 @@ def _norm_axes(axes, ndim, what):
             raise ShapeError(f"{what}: axis {a} is out of bounds for an array of dimension "
                              f"{ndim}{_at(user_where())}")
         out.append(a % builtins.max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{what}: duplicate value in axis {tuple(axes)}{_at(user_where())}")
     return tuple(out)
 
 
@@ -417,7 +429,7 @@ def _getitem(x, key):
         from .masked import Selection
         return Selection.of(x, mask)  # x[x > 0]: only for writing back (see masked.py)
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
-                for k in _norm_index(_static_masks(key), x.ndim))
+                for k in _norm_index(_static_masks(key, x.shape), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
         arrays, tkey = advanced_key(x, key)
         return gather(x, [a if isinstance(a, Tracer) else lift(a, a.dtype, x.ctx)
@@ -426,7 +438,7 @@ def _getitem(x, key):
     for k in key:
         if isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop,
                                                                         k.step)):
-            x._concrete("a slice bound")
+            x._concrete("an index or slice bound (x[:k] with a traced k)")
     nreal = builtins.sum(1 for k in key if k is not None)
     if nreal > x.ndim:
         raise ShapeError(f"too many indices ({nreal}) for an array of shape {x.shape}"
@@ -435,7 +447,7 @@ def _getitem(x, key):
         if isinstance(k, int) and not -d <= k < d:
             raise ShapeError(f"index {k} is out of bounds for axis of size {d} in an array "
                              f"of shape {x.shape}{_at(user_where())}")
-    if all(isinstance(k, slice) and k == slice(None) for k in key):
+    if all(_full_slice(k) for k in key):
         return x
     if x._pending is not None:
         # reading what a recent assignment wrote: take the written value itself
@@ -467,11 +479,15 @@ def _cached_grid(shape):
 
 
 
+def _full_slice(k):
+    """k is `:` (compared bound by bound: a traced bound must not be compared as a value)"""
+    return isinstance(k, slice) and k.start is None and k.stop is None and k.step is None
+
+
 def traced_mask(x, key):
     """The traced boolean mask when key is one (x[mask], x[mask, ...]), else None."""
     raw = key if isinstance(key, tuple) else (key,)
-    while raw and (raw[-1] is Ellipsis or (isinstance(raw[-1], slice)
-                                           and raw[-1] == slice(None))):
+    while raw and (raw[-1] is Ellipsis or _full_slice(raw[-1])):
         raw = raw[:-1]
     if len(raw) != 1:
         return None
@@ -488,7 +504,10 @@ def advanced_key(x, key):
     """(index arrays, key spec) of a normalized key holding integer arrays, as gather and
     scatter_add take them; the arrays stay Tracers or NumPy arrays."""
     arrays, tkey = [], []
+    axis = 0
     for k in key:
+        if k is not None:
+            axis += 1
         if isinstance(k, (Tracer, np.ndarray, list)):
             k = k if isinstance(k, Tracer) else np.asarray(k)
             if k.dtype == np.bool_:
@@ -498,6 +517,12 @@ def advanced_key(x, key):
             if k.dtype.kind not in "iu":
                 raise ShapeError(f"index arrays must be integers, got {k.dtype}"
                                  f"{_at(user_where())}")
+            d = x.shape[axis - 1] if axis - 1 < x.ndim else None
+            if not isinstance(k, Tracer) and k.size and d is not None and (
+                    k.min() < -d or k.max() >= d):
+                bad = k.max() if k.max() >= d else k.min()
+                raise ShapeError(f"index {bad} is out of bounds for axis {axis - 1} with size "
+                                 f"{d}{_at(user_where())}")
             tkey.append(("a", len(arrays)))
             arrays.append(k)
         elif k is None:
@@ -514,7 +539,7 @@ def traced_positions(x, key):
     unique), where unique says whether the constant arrays alone already make every
     selected position distinct (x[np.arange(n), labels]), whatever the traced ones hold."""
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
-                for k in _norm_index(_static_masks(key), x.ndim))
+                for k in _norm_index(_static_masks(key, x.shape), x.ndim))
     if not any(isinstance(k, Tracer) and k.dtype.kind in "iu" for k in key):
         return None
     arrays, tkey = advanced_key(x, key)
@@ -528,15 +553,45 @@ def traced_positions(x, key):
     return arrays, tkey, tuple(int(d) for d in shape), unique
 
 
-def _static_masks(key):
-    """A constant boolean mask selects a known set of elements: its nonzero() index arrays."""
+def _static_masks(key, shape):
+    """A constant boolean mask selects a known set of elements: its nonzero() index arrays.
+    Its shape must equal the axes it covers, as in NumPy. A Python or NumPy bool alone (x[True])
+    is a 0-d mask: True adds an axis of length 1."""
     key = key if isinstance(key, tuple) else (key,)
-    out = []
-    for k in key:
-        if isinstance(k, (np.ndarray, list)) and np.asarray(k).dtype == np.bool_:
-            out.extend(np.nonzero(np.asarray(k)))
-        else:
+
+    def mask(k):
+        if isinstance(k, (bool, np.bool_)):
+            return np.asarray(k)
+        if isinstance(k, (np.ndarray, list)) and not isinstance(k, Tracer):
+            a = np.asarray(k)
+            return a if a.dtype == np.bool_ else None
+        return None
+    masks = [mask(k) for k in key]
+    if all(m is None for m in masks):
+        return key
+    spans = [0 if k is None or k is Ellipsis else m.ndim if m is not None else 1
+             for k, m in zip(key, masks)]
+    out, axis = [], 0
+    for k, m, span in zip(key, masks, spans):
+        if k is Ellipsis:
+            axis += len(shape) - builtins.sum(spans)
+        if m is None:
             out.append(k)
+            axis += span
+            continue
+        covered = tuple(shape[axis:axis + m.ndim])
+        if m.shape != covered:
+            raise ShapeError(f"boolean index of shape {m.shape} does not match the axes of shape "
+                             f"{covered} it indexes (array of shape {tuple(shape)})"
+                             f"{_at(user_where())}")
+        if m.ndim == 0:
+            if not m:
+                raise UnsupportedError(f"x[False] selects nothing{_at(user_where())}; "
+                                       "leave the indexing out")
+            out.append(None)
+        else:
+            out.extend(np.nonzero(m))
+        axis += m.ndim
     return tuple(out)
 
 
@@ -568,8 +623,9 @@ def index_target(x, key, v, grid=None):
     """(positions, value) for `x[key] = v`: the flat positions key selects in `grid` (by
     default x's own positions) and v cast and broadcast to their shape."""
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
-                for k in _norm_index(_static_masks(key), np.ndim(grid) if grid is not None
-                                     else x.ndim))
+                for k in _norm_index(_static_masks(key, np.shape(grid) if grid is not None
+                                                   else x.shape),
+                                     np.ndim(grid) if grid is not None else x.ndim))
     for k in key:
         bounds = (k.start, k.stop, k.step) if isinstance(k, slice) else (k,)
         if any(isinstance(b, Tracer) for b in bounds):
@@ -671,9 +727,11 @@ def std(x, axis=None, keepdims=False, ddof=0):
 def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.max(x, axis=axis, keepdims=keepdims)
-    if x.size == 0:
-        raise ShapeError(f"max of an empty array{_at(user_where())}")
     axes = _axes(x, axis)
+    if any(_shape_of(x)[a] == 0 for a in axes):
+        # NumPy: "zero-size array to reduction operation maximum which has no identity"
+        raise ShapeError(f"max (or min) over an axis of length 0{_at(user_where())}: it has no "
+                         "value (NumPy raises too); leave the empty case out")
     if not axes:
         return x
     return x.ctx.emit("max", [x], {"axis": axes, "keepdims": bool(keepdims)})

@@ -402,13 +402,25 @@ class Tracer:
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.sum([a, b]) needs "
-                      "np.stack([a, b]) first. Use the NumPy functions adjit supports (see "
-                      "adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
+                      "np.stack([a, b]) first; a NumPy array indexed by traced integers "
+                      "(table[idx], np.take(table, idx) with the table a global or closure "
+                      "value) needs the table passed as an argument or copied inside the "
+                      "function: np.array(table)[idx]. Use the NumPy functions adjit supports "
+                      "(see adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
                       "(static_argnums=...) if it is a configuration value.")
         elif what.startswith(("float", "int")):
             advice = ("math.exp, math.sqrt, float(), int() and np.float64() need a number: use "
                       "the NumPy function (np.exp, np.sqrt, ...) on the array instead, or make "
                       "the argument static (static_argnums=...) if it is a configuration value.")
+        elif what.startswith("formatting"):
+            advice = ("The numbers exist only when the compiled function runs: return the value "
+                      "(has_aux=True for a gradient) and format it outside.")
+        elif what.startswith(("an index", "using")):
+            advice = ("A shape or position that depends on traced values cannot be compiled: "
+                      "keep the shape static and select with a mask instead (x[:k] becomes "
+                      "adjit.where(np.arange(len(x)) < k, x, 0)), pick elements with traced "
+                      "integer arrays (x[idx], np.take_along_axis), or make the argument static "
+                      "(static_argnums=...).")
         else:
             advice = ("Python control flow on traced values cannot be compiled: use "
                       "adjit.where(cond, a, b) for an elementwise choice (np.maximum / "
@@ -416,6 +428,11 @@ class Tracer:
                       "static (static_argnums=...) if it is a configuration value.")
         raise TraceError(f"{what} needs the value of a traced array, which is not known while "
                          f"tracing{_at(w)}. {advice}")
+
+    def __format__(self, spec):
+        if not spec:
+            return str(self)
+        self._concrete(f"formatting with {spec!r} (f\"{{x:{spec}}}\")")
 
     def __bool__(self):
         self._concrete("`if`/`while`/`and`/`or` (bool of an array)")

@@ -172,7 +172,10 @@ def _build_key(key, arrays):
 
 
 def _gather(x, *idx, key):
-    return x[_build_key(key, idx)]
+    r = x[_build_key(key, idx)]
+    # 0-d integer arrays index as Python ints do: NumPy answers with a view of x, which a
+    # later out= would write through; a gather's result is always a new array
+    return r.copy() if all(np.ndim(i) == 0 for i in idx) else r
 
 
 def _scatter_add(g, *idx, key, shape):

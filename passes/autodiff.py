@@ -55,7 +55,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
         diff = outputs if outputs is not None else ([0] if seed == "ones"
                                                     else list(range(len(g.outputs))))
         diff_ids = [g.outputs[k] for k in diff]
-        cot = {}
+        cot, cot_inputs = {}, []
         for k, o in zip(diff, diff_ids):
             d = g[o]
             if seed == "ones":
@@ -64,9 +64,11 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                     c = F.full_like(env[o], 1.0)
             else:
                 c = ctx.input(d["shape"], d["dtype"], f"cotangent{k}", where=None)
+                cot_inputs.append(c)
+            # an output returned twice, or one that another output uses, sums its seeds with
+            # the contributions of its uses when the sweep reaches it
             cot.setdefault(o, []).append(c)
         cot = _Cotangents(ctx, cot)
-        cot_inputs = [cot[o] for o in diff_ids] if seed == "inputs" else []
         wrt_ids = [g.inputs[p] for p in wrt]
         need = _relevant(g, wrt_ids, diff_ids)
         for n in reversed(g.nodes()):

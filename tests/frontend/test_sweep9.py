@@ -1,0 +1,138 @@
+"""Regressions from the ninth user-style sweep: each case once gave a wrong number, crashed on
+valid code, or failed with an error that did not name the user's line."""
+import numpy as np
+import pytest
+
+import adjit
+
+RNG = np.random.default_rng(9)
+BACKENDS = ("numpy", "numba")
+
+
+# -- wrong numbers -----------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_row_picked_by_a_0d_index_is_a_copy(backend):
+    """x[np.argmax(...)] indexes with a 0-d integer array, which NumPy answers with a view; a
+    fused op writing out= into it changed the caller's x and the result."""
+    x = np.ones((3, 4)) + np.arange(3)[:, None]
+    w = np.arange(4.0)
+    keep = x.copy()
+    cases = [lambda a: (a[a.sum(1).argmax()] * w).sum() + a.sum(),
+             lambda a: np.exp(a[np.argmax(a.sum(1)), 1:]).sum() + a.sum(),
+             lambda a: (np.exp(a)[np.array(1)] * w).sum() + np.exp(a).sum(),
+             lambda a: np.sum(np.take(a, np.array(1), axis=0) * w) + a.sum()]
+    for fn in cases:
+        c = adjit.compile(fn, backend=backend)
+        for _ in range(2):
+            np.testing.assert_allclose(c(x), fn(keep), rtol=1e-12)
+        np.testing.assert_array_equal(x, keep)
+        assert adjit.gradcheck(fn, x) < 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vjp_of_an_output_returned_twice_or_used_by_another(backend):
+    x, o = np.arange(3.0), np.ones(3)
+    vjp = lambda f: adjit.vjp(f, x, backend=backend)[1]((o, o))[0]  # noqa: E731
+    np.testing.assert_allclose(vjp(lambda a: (a, a)), 2 * o)
+    np.testing.assert_allclose(vjp(lambda a: (lambda s: (s, s))(np.sin(a))), 2 * np.cos(x))
+    np.testing.assert_allclose(vjp(lambda a: (a * 2, a)), 3 * o)
+    j = adjit.jacobian(lambda a: (lambda s: (s, 2 * s))(np.sum(np.sin(a))),
+                       backend=backend)(np.arange(6.0))
+    np.testing.assert_allclose(j[0], np.cos(np.arange(6.0)))
+    np.testing.assert_allclose(j[1], 2 * np.cos(np.arange(6.0)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hessian_of_parameters_that_are_added(backend):
+    """The gradients of a and b in f(a + b) are one value: the reverse-mode Jacobian of the
+    gradient took only one of the two seeds."""
+    a, b = np.array([0.1, 0.5, 0.9]), np.array([0.3, -0.2, 0.4])
+    h = adjit.hessian(lambda a, b: np.sum(np.sin(a + b)), argnums=(0, 1), backend=backend)(a, b)
+    for i in range(2):
+        for j in range(2):
+            np.testing.assert_allclose(h[i][j], np.diag(-np.sin(a + b)), atol=1e-15)
+    hp = adjit.hessian(lambda p: np.sum(np.sin(p["a"] + p["b"])), backend=backend)(
+        {"a": a, "b": b})
+    np.testing.assert_allclose(hp["a"]["a"], np.diag(-np.sin(a + b)), atol=1e-15)
+    h2 = adjit.hessian(lambda a, b: np.sum(np.exp(a - b)), argnums=(0, 1), backend=backend)(a, b)
+    np.testing.assert_allclose(h2[1][0], np.diag(-np.exp(a - b)))
+
+
+# -- valid code that was refused ---------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_over_a_nonempty_axis_of_an_empty_batch(backend):
+    x = np.zeros((0, 3))
+    assert adjit.compile(lambda a: np.max(a, axis=1), backend=backend)(x).shape == (0,)
+    assert adjit.compile(lambda a: adjit.log_softmax(a, axis=1), backend=backend)(x).shape == \
+        (0, 3)
+    with pytest.raises(adjit.ShapeError, match="axis of length 0 at .*test_sweep9"):
+        adjit.compile(lambda a: np.max(a, axis=0), backend=backend)(x)
+
+
+def test_boolean_indices_follow_numpy():
+    x = np.arange(12.0).reshape(3, 4)
+    c = lambda f: adjit.compile(f, backend="numpy")(x)  # noqa: E731
+    assert c(lambda a: a[True]).shape == (1, 3, 4)
+    np.testing.assert_array_equal(c(lambda a: a[..., np.array([True, False, True, True])]),
+                                  x[..., [0, 2, 3]])
+    for f in (lambda a: a[np.array([True, False])], lambda a: a[:, [True, False]],
+              lambda a: a[np.ones((2, 4), bool)]):
+        with pytest.raises(adjit.ShapeError, match="boolean index of shape"):
+            c(f)
+    with pytest.raises(adjit.UnsupportedError, match="selects nothing"):
+        c(lambda a: a[False])
+
+
+def test_trace_time_checks_name_the_line():
+    x = np.arange(12.0).reshape(3, 4)
+    c = lambda f: adjit.compile(f, backend="numpy")(x)  # noqa: E731
+    table = [(lambda a: a.sum(axis=(0, 0)), adjit.ShapeError, "duplicate value in axis"),
+             (lambda a: a[np.array([0, 7])], adjit.ShapeError, "index 7 is out of bounds"),
+             (lambda a: a[:, [0, -5]], adjit.ShapeError, "index -5 is out of bounds for axis 1"),
+             (lambda a: np.einsum("ij->k", a), adjit.ShapeError, "'k' does not appear"),
+             (lambda a: np.pad(a, -1), adjit.ShapeError, "negative"),
+             (lambda a: a * 1j, adjit.UnsupportedError, "complex numbers"),
+             (lambda a: a[:a.argmax()], adjit.TraceError, "slice bound.*adjit.where"),
+             (lambda a: print(f"{a.sum():.3f}"), adjit.TraceError, "format it outside"),
+             (lambda a: a[np.take(np.arange(4.0), a.astype(int))], adjit.TraceError,
+              r"np.array\(table\)\[idx\]")]
+    for fn, err, msg in table:
+        with pytest.raises(err, match=msg + ".*|.*" + msg) as info:
+            c(fn)
+        assert "test_sweep9.py" in str(info.value), str(info.value)
+
+
+def test_np_take_from_an_array_made_inside_with_traced_labels():
+    table = np.arange(12.0).reshape(4, 3)
+    y = np.array([1, 3, 0])
+    f = lambda w, y: np.sum(np.take(np.array(table), y, axis=0) * w)  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(np.ones((3, 3)), y),
+                               np.sum(table[y]))
+
+
+# -- the transformations -----------------------------------------------------------------------
+def test_jacobian_hessian_hvp_take_keyword_only_configuration_and_are_cached():
+    x = np.array([0.1, 0.5, 0.9])
+    np.testing.assert_allclose(adjit.jacobian(lambda a, *, k=1.0: a * k)(x, k=3.0),
+                               3 * np.eye(3))
+    f = lambda a, *, k=1.0: np.sum(a ** 3) * k  # noqa: E731
+    np.testing.assert_allclose(adjit.hessian(f)(x, k=3.0), np.diag(18 * x))
+    np.testing.assert_allclose(adjit.hvp(f)(x, x, k=3.0), 18 * x * x)
+    assert adjit.hessian(f) is adjit.hessian(f)
+    assert adjit.jacobian(f) is adjit.jacobian(f)
+    assert adjit.hvp(f) is adjit.hvp(f)
+
+
+def test_hessian_with_aux_and_the_errors_of_hvp():
+    x = np.array([0.1, 0.5, 0.9])
+    h, aux = adjit.hessian(lambda a: (np.sum(a ** 3), a * 2), has_aux=True)(x)
+    np.testing.assert_allclose(h, np.diag(6 * x))
+    np.testing.assert_allclose(aux, 2 * x)
+    with pytest.raises(adjit.OptionError, match="has_aux"):
+        adjit.hvp(lambda a: np.sum(a ** 3), has_aux=True)
+    with pytest.raises(TypeError, match="vector v"):
+        adjit.hvp(lambda a: np.sum(a ** 3))(x)
+    with pytest.raises(adjit.OptionError, match="static_argnums"):
+        adjit.grad(lambda a: np.sum(a), static_argnums=1.0)
+    with pytest.raises(adjit.GradError, match="returned None"):
+        adjit.grad(lambda a: None)(x)
