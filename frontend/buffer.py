@@ -124,7 +124,7 @@ class Buffer(np.ndarray):
                                             for o in out))
             getattr(ufunc, method)(*plain, **kwargs)
             return out[0] if len(out) == 1 else out
-        return getattr(ufunc, method)(*plain, **kwargs)
+        return _made_here(getattr(ufunc, method)(*plain, **kwargs), plain)
 
     def __array_function__(self, func, types, args, kwargs):
         from .numpy_api import INPLACE
@@ -150,7 +150,8 @@ class Buffer(np.ndarray):
         from .numpy_api import _VIEWS
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
             return super().__array_function__(func, types, args, kwargs)
-        return func(*_plain_tree(args), **_plain_tree(kwargs))
+        plain = _plain_tree(args)
+        return _made_here(func(*plain, **_plain_tree(kwargs)), plain)
 
 
 # attributes that never need the traced value (and that NumPy reads internally)
@@ -162,12 +163,44 @@ def _make_op(name):
     def op(self, *args):
         tv = traced_value(self)
         if tv is None and not _holds_traced(args):
-            return getattr(self.view(np.ndarray), name)(*_plain_tree(args))
+            plain = self.view(np.ndarray)
+            return _made_here(getattr(plain, name)(*_plain_tree(args)), (plain,))
         if tv is None:
             tv = _lifted(self)
         return getattr(tv, name)(*[resolve(a) for a in args])
     op.__name__ = name
     return op
+
+
+def _made_here(r, inputs):
+    """A new float array computed from an array made in the traced function (P = F @ P @ F.T
+    from P = np.eye(2)) is made there too: a Buffer, which may receive traced values later.
+    Results that share memory with an input (views) and those NumPy's own code asks for stay
+    plain."""
+    if (type(r) is not np.ndarray or r.dtype.kind != "f" or current() is None
+            or not _user_asked()):
+        return r
+    arrays = [x for x in _leaves(inputs) if isinstance(x, np.ndarray)]
+    if any(np.may_share_memory(r, x) for x in arrays):
+        return r
+    return Buffer(r)
+
+
+def _leaves(obj):
+    if isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _leaves(v)
+    else:
+        yield obj
+
+
+def _user_asked():
+    """Whether the nearest caller outside adjit is user code, not NumPy's own."""
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename.startswith(_INTERNAL)
+                             or f.f_code.co_filename == __file__):
+        f = f.f_back
+    return f is not None and not f.f_code.co_filename.startswith(_NUMPY_DIR)
 
 
 def _make_iop(name, binary):
@@ -310,7 +343,7 @@ def _view_value(view, owner):
 
 # -- the constructors that make Buffers while a trace is active ---------------------------------
 _MAKERS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
-           "full_like", "eye", "identity")
+           "full_like", "eye", "identity", "arange", "linspace", "logspace", "geomspace")
 
 
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep

@@ -6,6 +6,7 @@ import pytest
 import adjit
 
 RNG = np.random.default_rng(9)
+TABLE = np.arange(40.0)
 BACKENDS = ("numpy", "numba")
 
 
@@ -94,12 +95,48 @@ def test_trace_time_checks_name_the_line():
              (lambda a: a * 1j, adjit.UnsupportedError, "complex numbers"),
              (lambda a: a[:a.argmax()], adjit.TraceError, "slice bound.*adjit.where"),
              (lambda a: print(f"{a.sum():.3f}"), adjit.TraceError, "format it outside"),
-             (lambda a: a[np.take(np.arange(4.0), a.astype(int))], adjit.TraceError,
-              r"np.array\(table\)\[idx\]")]
+             (lambda a: TABLE[a.astype(int)], adjit.TraceError, r"np.array\(table\)\[idx\]")]
     for fn, err, msg in table:
         with pytest.raises(err, match=msg + ".*|.*" + msg) as info:
             c(fn)
         assert "test_sweep9.py" in str(info.value), str(info.value)
+
+
+def test_arrays_computed_inside_the_function_receive_traced_values():
+    """A Kalman filter: P = F @ P @ F.T from P = np.eye(2), then P += Q with a traced Q; and
+    np.linspace/np.arange/np.ones(3) * 2 filled with traced values."""
+    F = np.array([[1.0, 0.1], [0.0, 1.0]])
+    H = np.array([[1.0, 0.0]])
+
+    def kf(q, ys):
+        P, m, ll = np.eye(2), np.zeros(2), 0.0
+        for y in ys:
+            m = F @ m
+            P = F @ P @ F.T
+            P += np.exp(q) * np.eye(2)
+            S = H @ P @ H.T + 0.5
+            K = P @ H.T / S
+            r = y - H @ m
+            m = m + K @ r
+            P = P - K @ H @ P
+            ll = ll - 0.5 * (np.log(S[0, 0]) + r[0] ** 2 / S[0, 0])
+        return ll
+    ys = RNG.normal(size=(6, 1))
+    v, g = adjit.value_and_grad(kf, backend="numpy")(0.1, ys)
+    np.testing.assert_allclose(v, kf(0.1, ys), rtol=1e-12)
+    assert adjit.gradcheck(kf, 0.1, ys) < 1e-6
+
+    def fill(x):
+        t = np.linspace(0.0, 1.0, 3)
+        t[0] = x[0]
+        u = np.arange(3.0)
+        u[1] = x[1]
+        v = np.ones(3) * 2.0
+        v[2] = x[2]
+        return np.sum(t * x) + np.sum(u * v)
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(adjit.compile(fill, backend="numpy")(x), fill(x))
+    assert adjit.gradcheck(fill, x) < 1e-6
 
 
 def test_np_take_from_an_array_made_inside_with_traced_labels():
