@@ -357,7 +357,9 @@ def _fit_budget(a: _Analysis, budget: int) -> list:
                                                     "segments (none lies on every path from "
                                                     "the data to the loss), so "
                                                     "checkpointing cannot lower its peak"))
-    low = _lowest_peak(a, costs, whole)
+    low, plan_ = _lowest_peak(a, costs, whole)
+    if low <= budget:
+        return plan_     # a plan the model misjudged, checked on the exact schedule
     raise BudgetError(_no_fit(a, budget, low, "even the cheapest segments in memory exceed it"))
 
 
@@ -405,14 +407,15 @@ def _model_peak(c: _Costs, chosen) -> float:
     return peak
 
 
-def _lowest_peak(a, c, whole) -> int:
-    """The lowest exact peak among the model's leanest choice and the even splits."""
+def _lowest_peak(a, c, whole):
+    """(peak, choice): the lowest exact peak among the model's leanest choice and the even
+    splits."""
     lo, hi = 0.0, float(whole)
     for _ in range(30):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _dp(c, mid) is not None else (mid, hi)
     plans = [_dp(c, hi) or []] + [_even_segments(a, k) for k in (2, "sqrt")]
-    return min(_exact(a, p) for p in plans)
+    return min(((_exact(a, p), p) for p in plans), key=lambda t: t[0])
 
 
 def _dp(c: _Costs, budget: float):

@@ -173,3 +173,24 @@ def test_hessian_with_aux_and_the_errors_of_hvp():
         adjit.grad(lambda a: np.sum(a), static_argnums=1.0)
     with pytest.raises(adjit.GradError, match="returned None"):
         adjit.grad(lambda a: None)(x)
+
+
+def test_a_budget_at_the_lowest_peak_the_error_names_is_met():
+    """BudgetError named a lowest peak (found among even splits) that the search's model had
+    missed, then refused budgets above it."""
+    rng = np.random.default_rng(1)
+
+    def f(a, b, c, d):
+        return np.sum((a + b) * c - d / (1 + a * a) + np.tanh(a * b * c * d))
+    args = [rng.normal(size=(3, 1, 5)), rng.normal(size=(4, 1)), rng.normal(size=(5,)),
+            rng.normal(size=(1, 1, 1))]
+    want = adjit.value_and_grad(f, 2, backend="numpy")(*args)
+    for budget in (1, 1500):
+        try:
+            prog = adjit.value_and_grad(f, 2, backend="numpy", memory_budget=budget)
+            got = prog(*args)
+        except adjit.BudgetError as e:
+            low = int(str(e).split("at least memory_budget=")[1].split(",")[0])
+            got = adjit.value_and_grad(f, 2, backend="numpy", memory_budget=low)(*args)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
