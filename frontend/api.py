@@ -46,7 +46,15 @@ def _static_key(v):
     except TypeError:
         raise TypeError(f"static argument {v!r} must be hashable (a number, string or tuple) "
                         "so compiled programs can be cached by its value") from None
-    return ("static", type(v), v)
+    return ("static", _typed(v))
+
+
+def _typed(v):
+    """v with the type of every item beside it: 1, 1.0 and True are equal (and hash alike) but
+    trace different programs, also inside tuples."""
+    if isinstance(v, tuple):
+        return (type(v), tuple(_typed(x) for x in v))
+    return (type(v), v)
 
 
 def pick_backend(name):
@@ -94,7 +102,8 @@ class Compiled:
         """This transformation of fn with its keyword-only arguments bound: they are static
         configuration (numbers, strings), one program per value, as static_argnums."""
         try:
-            key = tuple(sorted(kw_only.items()))
+            # by type and value, as static_argnums: 1, 1.0 and True are equal but trace apart
+            key = tuple(sorted((k, _typed(v)) for k, v in kw_only.items()))
             hash(key)
         except TypeError:
             key = None

@@ -92,24 +92,39 @@ def einsum(subscripts, *ops):
         # contract the first two, keeping the letters that the rest or the output still need
         later = set(out).union(*[set(t) for t in ins[2:]])
         mid = "".join(dict.fromkeys(c for c in ins[0] + ins[1] if c in later))
-        ops[:2] = [_pair(ops[0], ops[1], ins[0], ins[1], mid)]
+        ops[:2] = [_pair(ops[0], ops[1], ins[0], ins[1], mid, subscripts)]
         ins[:2] = [mid]
-    return _pair(ops[0], ops[1], ins[0], ins[1], out)
+    return _pair(ops[0], ops[1], ins[0], ins[1], out, subscripts)
 
 
-def _pair(a, b, sa, sb, out):
+def _stretch(x, axis, n):
+    shape = list(F._shape_of(x))
+    shape[axis] = n
+    return F.broadcast_to(x, tuple(shape))
+
+
+def _pair(a, b, sa, sb, out, user=""):
     a, sa = _reduce_alone(a, sa, set(out) | set(sb))
     b, sb = _reduce_alone(b, sb, set(out) | set(sa))
     batch = [c for c in sa if c in sb and c in out]
     contr = [c for c in sa if c in sb and c not in out]
     fa = [c for c in sa if c not in sb]
     fb = [c for c in sb if c not in sa]
+    for c in sorted(set(sa) & set(sb)):
+        na, nb = F._shape_of(a)[sa.index(c)], F._shape_of(b)[sb.index(c)]
+        if na != nb:
+            # a length-1 axis broadcasts, as in NumPy
+            if na == 1:
+                a = _stretch(a, sa.index(c), nb)
+            elif nb == 1:
+                b = _stretch(b, sb.index(c), na)
+            else:
+                # letters the user did not write stand for the axes of '...'
+                name = f"'{c}'" if c in user else "of '...'"
+                raise ShapeError(f"np.einsum: axis {name} has sizes {na} and {nb}, which do not "
+                                 f"broadcast{_at(user_where())}")
     size = dict(zip(sa, F._shape_of(a)))
     size.update(zip(sb, F._shape_of(b)))
-    for c in set(sa) & set(sb):
-        if dict(zip(sa, F._shape_of(a)))[c] != dict(zip(sb, F._shape_of(b)))[c]:
-            raise ShapeError(f"np.einsum: axis '{c}' has different sizes"
-                             f"{_at(user_where())}")
 
     def prod(cs):
         return int(np.prod([size[c] for c in cs], dtype=np.int64))

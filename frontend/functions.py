@@ -817,16 +817,22 @@ def round_(x, decimals=0):
 
 
 def diagonal(x, offset=0, axis1=0, axis2=1):
+    """np.diagonal: the diagonal of axes (axis1, axis2), as the last axis of the result; a
+    read-only view, as in NumPy (it shows later writes to x)."""
     shape = _shape_of(x)
-    if len(shape) != 2 or (axis1, axis2) != (0, 1):
-        raise UnsupportedError(f"np.diagonal of {len(shape)}-d arrays{_at(user_where())}; "
-                               "only matrices are supported")
-    rows = np.arange(builtins.max(0, -offset), builtins.min(shape[0], shape[1] - offset))
-    d = getitem(x, (rows, rows + offset))
+    if len(shape) < 2:
+        raise ShapeError(f"np.diagonal needs an array of at least two dimensions, got shape "
+                         f"{tuple(shape)}{_at(user_where())}")
+    a1, a2 = _norm_axes((axis1, axis2), len(shape), "diagonal")
+    rest = [i for i in range(len(shape)) if i not in (a1, a2)]
+    if rest + [a1, a2] != list(range(len(shape))):
+        x = transpose(x, rest + [a1, a2])
+    rows = np.arange(builtins.max(0, -offset), builtins.min(shape[a1], shape[a2] - offset))
+    rows = rows if rows.size else np.zeros(0, np.int64)
+    d = getitem(x, (Ellipsis, rows, rows + offset))
     if isinstance(d, Tracer):
-        # NumPy's diagonal is a read-only view: it shows later writes to x
-        d.view_of(x, "gather", {"key": (("a", 0), ("a", 1))}, (rows, rows + offset),
-                  writable=False)
+        key = (("s", slice(None)),) * len(rest) + (("a", 0), ("a", 1))
+        d.view_of(x, "gather", {"key": key}, (rows, rows + offset), writable=False)
     return d
 
 
@@ -841,8 +847,11 @@ def diag(x, k=0):
     raise UnsupportedError(f"np.diag with k={k} on a {len(shape)}-d array{_at(user_where())}")
 
 
-def trace_(x, offset=0):
-    return sum(diagonal(x, offset))
+def trace_(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    if out is not None:
+        raise UnsupportedError(f"np.trace with out={_at(user_where())}; use the result")
+    r = sum(diagonal(x, offset, axis1, axis2), axis=-1)
+    return cast(r, dtype) if dtype is not None else r
 
 
 def tile(x, reps):

@@ -261,7 +261,30 @@ def _einsum(subscripts, *operands, optimize=False, **kw):
     _no_out("einsum", kw.pop("out", None))
     if kw:
         _unsupported(f"einsum with arguments {sorted(kw)}")
+    if not isinstance(subscripts, str):
+        subscripts, operands = _interleaved((subscripts,) + operands)
     return F.einsum(subscripts, *operands)
+
+
+def _interleaved(args):
+    """np.einsum(a, [0, 1], b, [1, 2], [0, 2]): the subscript string and the operands."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+    def sub(lst):
+        try:
+            return "".join("..." if k is Ellipsis else letters[int(k)] for k in lst)
+        except (TypeError, ValueError, IndexError):
+            raise ShapeError(f"np.einsum: subscripts must be integers in [0, 52) or Ellipsis, "
+                             f"got {lst!r}{_at(user_where())}") from None
+    ops, subs = list(args[0::2]), list(args[1::2])
+    out = None
+    if len(ops) > len(subs):          # a trailing output list
+        out = sub(ops.pop())
+    if len(ops) != len(subs):
+        raise ShapeError(f"np.einsum: operands and subscript lists must alternate"
+                         f"{_at(user_where())}")
+    spec = ",".join(sub(s) for s in subs) + ("->" + out if out is not None else "")
+    return spec, tuple(ops)
 
 
 def _dot(a, b, out=None):
@@ -394,8 +417,10 @@ for _name, _fn in [("vector_norm", _vector_norm),
                        _float_norm_input(x), ord, (-2, -1), keepdims)),
                    ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
                    ("matrix_transpose", F.swap_last), ("outer", F.outer),
-                   ("matmul", F.matmul), ("trace", lambda x, offset=0, dtype=None: F.trace_(
-                       x, offset))]:
+                   ("matmul", F.matmul),
+                   # the array API's linalg.trace and linalg.diagonal work on the last two axes
+                   ("trace", lambda x, offset=0, dtype=None: F.trace_(x, offset, -2, -1, dtype)),
+                   ("diagonal", lambda x, offset=0: F.diagonal(x, offset, -2, -1))]:
     if hasattr(np.linalg, _name):
         FUNCTIONS[getattr(np.linalg, _name)] = _fn
 if hasattr(np, "astype"):
@@ -680,8 +705,9 @@ def _install():
     T.flatten = lambda s, order="C": _reshape(s, -1, order=order)
     T.swapaxes = lambda s, a, b: F.swapaxes(s, a, b)
     T.round = lambda s, decimals=0: F.round_(s, decimals)
-    T.diagonal = lambda s, offset=0: F.diagonal(s, offset)
-    T.trace = lambda s, offset=0: F.trace_(s, offset)
+    T.diagonal = lambda s, offset=0, axis1=0, axis2=1: F.diagonal(s, offset, axis1, axis2)
+    T.trace = lambda s, offset=0, axis1=0, axis2=1, dtype=None, out=None: F.trace_(
+        s, offset, axis1, axis2, dtype, out)
     T.repeat = lambda s, repeats, axis=None: F.repeat(s, repeats, axis)
     T.take = lambda s, indices, axis=None, mode=None: C.take(s, indices, axis, mode)
     T.ptp = lambda s, axis=None, keepdims=False: C.ptp(s, axis, keepdims)

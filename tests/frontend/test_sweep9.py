@@ -194,3 +194,52 @@ def test_a_budget_at_the_lowest_peak_the_error_names_is_met():
             got = adjit.value_and_grad(f, 2, backend="numpy", memory_budget=low)(*args)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_static_configuration_1_and_1p0_trace_apart():
+    i = np.arange(3)
+    f = adjit.compile(lambda a, *, k: a * k, backend="numpy")
+    assert f(i, k=1).dtype == np.int64 and f(i, k=1.0).dtype == np.float64
+    g = adjit.compile(lambda a, k: a * k[0], static_argnums=1, backend="numpy")
+    assert g(i, (1,)).dtype == np.int64 and g(i, (1.0,)).dtype == np.float64
+    x = np.array([1.0, 2.0])
+    h = adjit.grad(lambda a, *, mode: np.sum(a ** 2) if isinstance(mode, int) else np.sum(a ** 3))
+    np.testing.assert_allclose(h(x, mode=1), 2 * x)
+    np.testing.assert_allclose(h(x, mode=1.0), 3 * x ** 2)
+
+
+def test_batched_trace_and_diagonal():
+    c = RNG.normal(size=(2, 3, 4))
+    cases = [lambda a: np.trace(a), lambda a: np.diagonal(a, axis1=1, axis2=2),
+             lambda a: np.trace(a, axis1=1, axis2=2), lambda a: a.diagonal(1, 0, 2),
+             lambda a: a.trace(0, 2, 1), lambda a: np.linalg.trace(a),
+             lambda a: np.linalg.diagonal(a), lambda a: np.trace(a, -1, 2, 0)]
+    for fn in cases:
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(c), fn(c))
+        assert adjit.gradcheck(lambda a: np.sum(np.sin(fn(a))), c) < 1e-6
+
+    def write_after(a):
+        a = a.copy()
+        d = np.diagonal(a, axis1=1, axis2=2)   # a read-only view: it shows the write below
+        a[:, 0, 0] = 7.0
+        return d * 1
+    np.testing.assert_allclose(adjit.compile(write_after, backend="numpy")(c), write_after(c))
+
+
+def test_einsum_broadcasts_length_1_axes_and_takes_the_interleaved_form():
+    a, b = RNG.normal(size=(2, 3, 4)), RNG.normal(size=(1, 4, 5))
+    m = RNG.normal(size=(3, 4))
+    cases = [(lambda a, b: np.einsum("...ij,...jk->...ik", a, b), (a, b)),
+             (lambda a, b: np.einsum("bij,bjk->bik", a, b), (a, b)),
+             (lambda a, b: np.einsum("...ij,...jk->...ik", a, b),
+              (RNG.normal(size=(2, 1, 3, 4)), RNG.normal(size=(1, 5, 4, 2)))),
+             (lambda c: np.einsum(c, [0, 1], c, [2, 1], [0, 2]), (m,)),
+             (lambda c: np.einsum(c, [0, 1], c, [2, 1]), (m,)),
+             (lambda c: np.einsum(c, [Ellipsis, 1], [Ellipsis]), (m,))]
+    for fn, args in cases:
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(*args), fn(*args))
+        assert adjit.gradcheck(lambda *x: np.sum(np.sin(fn(*x))), *args,
+                               argnums=tuple(range(len(args)))) < 1e-6
+    with pytest.raises(adjit.ShapeError, match="axis of '...' has sizes 2 and 3"):
+        adjit.compile(lambda a, b: np.einsum("...ij,...jk->...ik", a, b), backend="numpy")(
+            a, RNG.normal(size=(3, 4, 5)))
