@@ -138,16 +138,30 @@ class Compiled:
             prog = self._cache[key] = self._build(args)
         return prog.run_flat(leaves)
 
+    def _keywords(self, args, kwargs):
+        """(the Compiled to use, positional args): keyword-only arguments select the program
+        bound to their values, other keywords become positions."""
+        kw_only = _keyword_only(self.fn, kwargs)
+        if kw_only:
+            rest = {k: v for k, v in kwargs.items() if k not in kw_only}
+            sub = self._with_keywords(kw_only)
+            return sub, (bind_keywords(sub.fn, sub.__name__, args, rest) if rest else args)
+        return self, bind_keywords(self.fn, self.__name__, args, kwargs)
+
     def trace(self, *args, **kwargs):
         """The graph of this function for these arguments, before any pass."""
         if kwargs:
-            args = bind_keywords(self.fn, self.__name__, args, kwargs)
+            owner, args = self._keywords(args, kwargs)
+            if owner is not self:
+                return owner.trace(*args)
         return trace(self._traced_named(), *args, static_argnums=self.static_argnums)
 
     def lower(self, *args, **kwargs):
         """The Program (source, IR, memory estimate) for these arguments."""
         if kwargs:
-            args = bind_keywords(self.fn, self.__name__, args, kwargs)
+            owner, args = self._keywords(args, kwargs)
+            if owner is not self:
+                return owner.lower(*args)
         key = self._key(args)
         prog = self._cache.get(key)
         if prog is None:

@@ -137,12 +137,25 @@ def roll(x, shift, axis=None):
     return x
 
 
-def take(x, indices, axis=None, mode=None):
-    if mode not in (None, "raise"):
-        raise UnsupportedError(f"np.take with mode={mode!r}{_at(user_where())}")
+def take(x, indices, axis=None, out=None, mode="raise"):
+    if out is not None:
+        raise UnsupportedError(f"np.take with out={_at(user_where())}; use the result")
+    if mode not in (None, "raise", "clip", "wrap"):
+        raise UnsupportedError(f"np.take: unknown mode={mode!r}{_at(user_where())}; NumPy's are "
+                               "'raise', 'clip' and 'wrap'")
     if axis is None:
         x, axis = F.ravel(x), 0
-    return F.getitem(x, _along(_axis(axis, _nd(x), "take"), _nd(x), indices))
+    ax = _axis(axis, _nd(x), "take")
+    if mode in ("clip", "wrap"):
+        n = _shape_of(x)[ax]
+        if isinstance(indices, Tracer):
+            from .numeric import remainder
+            indices = (F.minimum(F.maximum(indices, 0), n - 1) if mode == "clip"
+                       else remainder(indices, n))
+        else:
+            indices = np.asarray(indices)
+            indices = np.clip(indices, 0, n - 1) if mode == "clip" else indices % n
+    return F.getitem(x, _along(ax, _nd(x), indices))
 
 
 def diff(x, n=1, axis=-1, prepend=None, append=None):
@@ -199,7 +212,7 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
     if dtype is not None:
         x = F.cast(x, dtype)
     elif x.dtype.kind in "bui":
-        x = F.cast(x, np.int64)
+        x = F.cast(x, F.accumulator(x.dtype))
     axes = F._axes(x, axis)
     keep = [i for i in range(x.ndim) if i not in axes]
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims \
@@ -230,7 +243,7 @@ def cumprod(x, axis=None, dtype=None):
     if dtype is not None:
         x = F.cast(x, dtype)
     elif x.dtype.kind in "bui":
-        x = F.cast(x, np.int64)
+        x = F.cast(x, F.accumulator(x.dtype))
     ax = _axis(axis, x.ndim, "cumprod")
     n, k = x.shape[ax], 1
     while k < n:

@@ -689,13 +689,19 @@ def _axes(x, axis):
                                        nd, "reduction"))))
 
 
+def accumulator(dtype):
+    """The dtype NumPy sums and multiplies booleans and integers in: int64, uint64 for
+    unsigned ones."""
+    return np.dtype(np.uint64 if np.dtype(dtype).kind == "u" else np.int64)
+
+
 def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
     if dtype is not None:
         x = cast(x, dtype)
     elif x.dtype.kind in "bui":
-        x = cast(x, np.int64)
+        x = cast(x, accumulator(x.dtype))
     axes = _axes(x, axis)
     if not axes:
         return x
@@ -749,7 +755,7 @@ def cumsum(x, axis=None):
     if axis is None:
         x, axis = ravel(x), 0
     if x.dtype.kind in "bui":
-        x = cast(x, np.int64)
+        x = cast(x, accumulator(x.dtype))
     return x.ctx.emit("cumsum", [x], {"axis": _norm_axes((axis,), x.ndim, "cumsum")[0]})
 
 

@@ -486,3 +486,170 @@ def _multiply_chain(arrays, split, i, j):
     k = int(split[i, j])
     return F.matmul(_multiply_chain(arrays, split, i, k),
                     _multiply_chain(arrays, split, k + 1, j))
+
+
+# -- small NumPy functions written with the others ------------------------------------------------
+def trunc(x):
+    """Round towards zero (np.trunc, np.fix): floor above zero, ceil below."""
+    if F._dtype_of(x).kind in "biu":
+        return x
+    return F.where(F.lt(x, 0), F.ceil(x), F.floor(x))
+
+
+def fix(x, out=None):
+    if out is not None:
+        raise UnsupportedError(f"np.fix with out={_at(user_where())}; use the result")
+    return trunc(x)
+
+
+def _nan_filled(a, fill):
+    return F.where(C.isnan(a), F.full_like(a, fill), a) if F._dtype_of(a).kind == "f" else a
+
+
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    if out is not None or where is not None:
+        raise UnsupportedError(f"np.nanprod with out= or where={_at(user_where())}")
+    return C.prod(_nan_filled(a, 1.0), axis, keepdims, dtype, initial)
+
+
+def nancumsum(a, axis=None, dtype=None, out=None):
+    if out is not None:
+        raise UnsupportedError(f"np.nancumsum with out={_at(user_where())}")
+    a = _nan_filled(a, 0.0)
+    return F.cumsum(F.cast(a, dtype) if dtype is not None else a, axis)
+
+
+def nancumprod(a, axis=None, dtype=None, out=None):
+    if out is not None:
+        raise UnsupportedError(f"np.nancumprod with out={_at(user_where())}")
+    return C.cumprod(_nan_filled(a, 1.0), axis, dtype)
+
+
+def unstack(x, /, *, axis=0):
+    """np.unstack: the slices along axis, as a tuple."""
+    ax = F._norm_axes((axis,), len(_shape_of(x)), "unstack")[0]
+    n = _shape_of(x)[ax]
+    return tuple(F.getitem(x, (slice(None),) * ax + (i,)) for i in range(n))
+
+
+def broadcast_arrays(*args, subok=False):
+    shape = F._broadcast_shape("broadcast_arrays", [_shape_of(a) for a in args])
+    return tuple(F.broadcast_to(a, shape) for a in args)
+
+
+def diagflat(v, k=0):
+    return F.diag(F.ravel(v), k)
+
+
+def _static_positions(obj, n, what):
+    if isinstance(obj, Tracer):
+        raise UnsupportedError(f"np.{what} at positions computed from traced values"
+                               f"{_at(user_where())}; the positions must be constants")
+    if isinstance(obj, slice):
+        return np.arange(n)[obj]
+    idx = np.asarray(obj)
+    if idx.dtype == np.bool_:
+        return np.nonzero(idx)[0]
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"np.{what}: positions must be integers{_at(user_where())}")
+    return idx
+
+
+def delete(arr, obj, axis=None):
+    """np.delete with constant positions: the kept ones gathered."""
+    if axis is None:
+        arr, axis = F.ravel(arr), 0
+    ax = F._norm_axes((axis,), len(_shape_of(arr)), "delete")[0]
+    n = _shape_of(arr)[ax]
+    drop = _static_positions(obj, n, "delete")
+    if drop.size and (drop.min() < -n or drop.max() >= n):
+        raise ShapeError(f"np.delete: index out of bounds for axis {ax} with size {n}"
+                         f"{_at(user_where())}")
+    keep = np.setdiff1d(np.arange(n), drop % n if drop.size else drop)
+    return F.getitem(arr, (slice(None),) * ax + (keep,))
+
+
+def insert(arr, obj, values, axis=None):
+    """np.insert with constant positions, by NumPy's rules: the values (at least arr's rank)
+    make a block along the axis (one position: the values' first axis moved to it), the
+    block is concatenated to arr and the whole put in order."""
+    if axis is None:
+        arr, axis = F.ravel(arr), 0
+    shape = tuple(_shape_of(arr))
+    ax = F._norm_axes((axis,), len(shape), "insert")[0]
+    n = shape[ax]
+    scalar = not isinstance(obj, slice) and np.ndim(obj) == 0
+    pos = np.atleast_1d(_static_positions(obj, n + 1, "insert"))
+    if pos.size and (pos.min() < -n or pos.max() > n):
+        raise ShapeError(f"np.insert: index out of bounds for axis {ax} with size {n}"
+                         f"{_at(user_where())}")
+    pos = np.where(pos < 0, pos + n, pos)
+    dt = F._dtype_of(arr)
+    vals = F.cast(values, dt) if isinstance(values, Tracer) else np.asarray(values, dt)
+    vshape = tuple(_shape_of(vals))
+    if len(vshape) < len(shape):
+        vshape = (1,) * (len(shape) - len(vshape)) + vshape
+        vals = F.reshape(vals, vshape) if isinstance(vals, Tracer) else vals.reshape(vshape)
+    if scalar:
+        vals = C.moveaxis(vals, 0, ax) if isinstance(vals, Tracer) else np.moveaxis(vals, 0, ax)
+        k = _shape_of(vals)[ax]
+        pos = np.repeat(pos, k)
+    else:
+        k = pos.size
+    block = F.broadcast_to(vals, shape[:ax] + (k,) + shape[ax + 1:])
+    whole = F.concatenate([arr, block], ax)
+    # each inserted value goes before the original element at its position, in given order
+    key = np.concatenate([np.arange(n) * 2 + 1, pos * 2])
+    order = np.argsort(key, kind="stable")
+    return F.getitem(whole, (slice(None),) * ax + (order,))
+
+
+def block(arrays):
+    """np.block: nested lists concatenated along the last axes, innermost list last."""
+    def depth(a):
+        return 1 + depth(a[0]) if isinstance(a, list) and a else 0
+    d = depth(arrays)
+
+    def ndim(a):
+        return builtins_max(len(_shape_of(x)) for x in _flat(a))
+
+    nd = builtins_max(d, ndim(arrays))
+
+    def go(a, level):
+        if not isinstance(a, list):
+            shape = tuple(_shape_of(a))
+            return F.reshape(a, (1,) * (nd - len(shape)) + shape) if isinstance(a, Tracer) \
+                else np.reshape(a, (1,) * (nd - len(shape)) + shape)
+        parts = [go(x, level + 1) for x in a]
+        return F.concatenate(parts, nd - d + level)
+    return go(arrays, 0)
+
+
+def _flat(a):
+    if isinstance(a, list):
+        for x in a:
+            yield from _flat(x)
+    else:
+        yield a
+
+
+builtins_max = max
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """np.linspace with traced start or stop: start + step * arange(num)."""
+    div = (num - 1) if endpoint else num
+    dt = np.dtype(dtype) if dtype is not None else F.result_dtype(start, stop, 1.0)
+    start, stop = F.cast(start, dt) if isinstance(start, Tracer) else start, \
+        F.cast(stop, dt) if isinstance(stop, Tracer) else stop
+    shape = F._broadcast_shape("linspace", [_shape_of(start), _shape_of(stop)])
+    steps = np.arange(num, dtype=dt).reshape((-1,) + (1,) * len(shape))
+    delta = F.sub(stop, start)
+    step = F.div(delta, div) if div > 0 else F.mul(delta, np.nan)
+    y = F.add(F.mul(steps, step), start) if div > 0 else F.add(F.mul(steps, delta), start)
+    if endpoint and num > 1:
+        last = F.broadcast_to(stop, shape)
+        y = F.concatenate([F.getitem(y, slice(0, num - 1)), F.reshape(last, (1,) + shape)], 0)
+    if axis != 0:
+        y = C.moveaxis(y, 0, axis)
+    return (y, step) if retstep else y

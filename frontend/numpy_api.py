@@ -51,7 +51,7 @@ UFUNCS = {
     np.greater: F.gt, np.greater_equal: F.ge, np.less: F.lt, np.less_equal: F.le,
     np.equal: F.eq, np.not_equal: F.ne, np.matmul: F.matmul,
     np.logaddexp: C.logaddexp,
-    np.floor: F.floor, np.ceil: F.ceil, np.rint: F.round_,
+    np.floor: F.floor, np.ceil: F.ceil, np.rint: F.round_, np.trunc: N.trunc,
     np.logical_not: C.logical_not,
     np.remainder: N.remainder, np.fmod: N.fmod, np.floor_divide: N.floor_divide,
     np.divmod: N.divmod_,
@@ -64,7 +64,7 @@ def _bitwise(sym, logical, x, y):
     if all(F._dtype_of(v) == np.bool_ or isinstance(v, bool) for v in (x, y)):
         return logical(x, y)
     raise UnsupportedError(f"bitwise {sym} on {F._dtype_of(x)} arrays{_at(user_where())}; "
-                           "adjit supports &, |, ^ and ~ on boolean masks only")
+                           "adjit supports &, |, ^ and ~ on boolean masks only (and no shifts)")
 
 
 def _no_out(name, out, where=None):
@@ -357,6 +357,10 @@ FUNCTIONS.update({
     np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: N.nan_to_num, np.select: N.select,
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
+    np.fix: N.fix, np.linspace: N.linspace, np.nanprod: N.nanprod, np.nancumsum: N.nancumsum,
+    np.nancumprod: N.nancumprod, np.broadcast_arrays: N.broadcast_arrays,
+    np.diagflat: N.diagflat, np.delete: N.delete, np.insert: N.insert, np.block: N.block,
+    np.nanmedian: S.refuse_nan_quantile("nanmedian", "median"),
     np.array_equal: N.refuse_python_bool("array_equal"),
     np.array_equiv: N.refuse_python_bool("array_equiv"),
 })
@@ -407,7 +411,7 @@ for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz"
                    ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
                    ("matrix_transpose", F.swap_last), ("permute_dims", F.transpose),
                    ("cumulative_sum", _cumulative(_cumsum)),
-                   ("cumulative_prod", _cumulative(_cumprod))]:
+                   ("cumulative_prod", _cumulative(_cumprod)), ("unstack", N.unstack)]:
     if hasattr(np, _name):
         # np.vecdot is a ufunc in NumPy 2: it dispatches through __array_ufunc__
         table = UFUNCS if isinstance(getattr(np, _name), np.ufunc) else FUNCTIONS
@@ -690,6 +694,8 @@ def _install():
     T.__xor__ = lambda s, o: _bitwise("^", C.logical_xor, s, o)
     T.__rxor__ = lambda s, o: _bitwise("^", C.logical_xor, o, s)
     T.__invert__ = lambda s: _bitwise("~", lambda a, b: C.logical_not(a), s, False)
+    for _sh, _sym in (("lshift", "<<"), ("rshift", ">>"), ("rlshift", "<<"), ("rrshift", ">>")):
+        setattr(T, f"__{_sh}__", lambda s, o, sym=_sym: _bitwise(sym, None, s, 0))
     T.reshape = _reshape
     T.transpose = lambda s, *axes: F.transpose(s, axes if axes else None) if len(axes) != 1 \
         else F.transpose(s, axes[0])
@@ -709,7 +715,8 @@ def _install():
     T.trace = lambda s, offset=0, axis1=0, axis2=1, dtype=None, out=None: F.trace_(
         s, offset, axis1, axis2, dtype, out)
     T.repeat = lambda s, repeats, axis=None: F.repeat(s, repeats, axis)
-    T.take = lambda s, indices, axis=None, mode=None: C.take(s, indices, axis, mode)
+    T.take = lambda s, indices, axis=None, out=None, mode="raise": C.take(s, indices, axis, out,
+                                                                          mode)
     T.ptp = lambda s, axis=None, keepdims=False: C.ptp(s, axis, keepdims)
     T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
     T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)

@@ -6,15 +6,16 @@ after the parameters and pytree paths) and whose outputs are the leaves of fn's 
 from __future__ import annotations
 
 import inspect
+import os
 import re
 
 import numpy as np
 
-from ..ir.errors import GradError, TraceError
+from ..ir.errors import AdjitError, GradError, TraceError, UnsupportedError
 from ..ir.graph import Where
 from . import pytree
 from .buffer import resolve
-from .tracer import TraceContext, Tracer, where_override
+from .tracer import _INTERNAL, _INTERNAL_FILES, TraceContext, Tracer, where_override
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
 
@@ -77,7 +78,8 @@ def trace(fn, *args, static_argnums=()):
     >>> [g[n]["op"] for n in g.nodes()]
     ['input', 'exp', 'sum']
     """
-    static = set(static_argnums)
+    static = {static_argnums} if isinstance(static_argnums, (int, np.integer)) else \
+        set(static_argnums)
     names = arg_names(fn, len(args))
     ctx = TraceContext()
     call_args = []
@@ -98,7 +100,11 @@ def trace(fn, *args, static_argnums=()):
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
-        out = fn(*call_args)
+        try:
+            out = fn(*call_args)
+        except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
+            _name_the_library(e)
+            raise
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs = []
         for leaf, path in zip(out_leaves, _out_paths):
@@ -117,6 +123,68 @@ def trace(fn, *args, static_argnums=()):
     g.meta.update(in_trees=in_trees, out_tree=out_tree, fn_name=getattr(fn, "__name__", "fn"))
     name_assignments(g)
     return g
+
+
+_SCIPY_DIR = os.sep + "scipy" + os.sep
+_ADJIT_DIRS = _INTERNAL + _INTERNAL_FILES + (os.path.dirname(os.path.abspath(np.__file__)),)
+
+
+def _name_the_library(e):
+    """An error raised inside SciPy's code on traced arrays names the SciPy function the user
+    called (scipy.linalg.solve_triangular, scipy.stats.norm.logpdf) and what adjit traces.
+    The original error stays as the cause."""
+    if getattr(e, "_adjit_library", False):
+        return
+    if isinstance(e, AdjitError) and not isinstance(e, (TraceError, UnsupportedError)):
+        return      # a shape or option error inside a SciPy function adjit follows
+    tb, frames = e.__traceback__, []
+    in_user, called = False, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if _SCIPY_DIR in fn or fn.startswith("scipy" + os.sep):    # also Cython's frames
+            if in_user and called is None:
+                called, frames = tb.tb_frame, []
+            frames.append(tb.tb_frame)
+        else:
+            in_user = not fn.startswith(_ADJIT_DIRS)
+            if called is not None and in_user:
+                called = None       # SciPy called back into user code: the user's own error
+        tb = tb.tb_next
+    if called is None:
+        return
+    # the SciPy function the user called: the outermost frame that is not a decorator's
+    named = next((f for f in frames if f.f_code.co_name not in _WRAPPERS), called)
+    mod = named.f_globals.get("__name__", "scipy")
+    public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
+    name = f"{public}.{getattr(named.f_code, 'co_qualname', named.f_code.co_name)}"
+    where = user_where_of(called)
+    msg = (f"{name} (SciPy) needs concrete arrays, which a traced function does not have"
+           f"{where}: adjit traces NumPy and scipy.special's elementwise functions, not "
+           "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
+           "NumPy (np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
+           f"the log-density formula written out). (Inside SciPy: {type(e).__name__}: "
+           f"{str(e)[:120]})")
+    cls = type(e) if isinstance(e, AdjitError) else UnsupportedError
+    try:
+        new = cls(msg)
+    except TypeError:
+        return
+    new._adjit_library = True
+    raise new from e
+
+
+_WRAPPERS = frozenset(("wrapper", "inner", "wrapped", "decorator", "decorated", "__call__",
+                       "<lambda>", "fun", "func", "_wrapper"))
+
+
+def user_where_of(frame):
+    """' at file:line (code)' of the user's frame that called into `frame`."""
+    from .tracer import _at
+    f = frame.f_back
+    while f is not None and (_SCIPY_DIR in f.f_code.co_filename
+                             or f.f_code.co_filename.startswith(_ADJIT_DIRS)):
+        f = f.f_back
+    return _at(Where(f.f_code.co_filename, f.f_lineno)) if f is not None else ""
 
 
 def name_assignments(g):

@@ -402,7 +402,8 @@ class Tracer:
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.sum([a, b]) needs "
-                      "np.stack([a, b]) first; a NumPy array indexed by traced integers "
+                      "np.stack([a, b]) first; np.float64(x) or np.float32(x) of a traced "
+                      "value is x.astype(np.float64); a NumPy array indexed by traced integers "
                       "(table[idx], np.take(table, idx) with the table a global or closure "
                       "value) needs the table passed as an argument or copied inside the "
                       "function: np.array(table)[idx]. Use the NumPy functions adjit supports "
@@ -428,6 +429,15 @@ class Tracer:
                       "static (static_argnums=...) if it is a configuration value.")
         raise TraceError(f"{what} needs the value of a traced array, which is not known while "
                          f"tracing{_at(w)}. {advice}")
+
+    def __getattr__(self, name):
+        # only reached for attributes a Tracer lacks: NumPy's array methods adjit does not
+        # implement (x.searchsorted, x.put, x.resize, ...) are named, with the user's line
+        if name.startswith("_") or not hasattr(np.ndarray, name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"the array method x.{name} is not supported by adjit on traced "
+                             f"arrays{_at(user_where())}; write it with the NumPy functions "
+                             "adjit supports (see adjit.frontend.numpy_api.FUNCTIONS)")
 
     def __format__(self, spec):
         if not spec:
