@@ -288,6 +288,88 @@ def kernel_def(prog: ScalarProgram) -> KernelDef:
                      reduce_expr, "out0 = a", identity, ctype(acc))
 
 
+# -- matrix products inside captured CUDA graphs -------------------------------------------------
+# CuPy refuses cuBLAS calls while a stream captures (cupy_backends/cuda/libs/cublas.pyx,
+# `setStream` raises NotImplementedError "calling cuBLAS API during stream capture is currently
+# unsupported"), so a CUDA-graph program multiplies with this kernel instead: C = A @ B for 2-D
+# A (m, k) and B (k, n) of any strides (in elements), C contiguous. Threads run along x over
+# C's columns (x_is_row = 0) or rows (1), whichever operand is contiguous there, so a warp's
+# loads of it coalesce and its loads of the other are one broadcast; each thread computes an
+# R x R block of C (R = 1 for small products, which need every thread they can get), its
+# rows and columns strided by the grid's width, no shared memory and no barrier (so the host
+# tests run every thread of a grid, cuda_host.host_matmul_kernel).
+MATMUL_KERNELS = {("float32", 1): "adjit_matmul_f32_r1", ("float32", 4): "adjit_matmul_f32_r4",
+                  ("float64", 1): "adjit_matmul_f64_r1", ("float64", 4): "adjit_matmul_f64_r4"}
+MATMUL_SOURCE = """\
+template <typename T, int R>
+__host__ __device__ __forceinline__ void adjit_matmul_thread(
+        const T* a, const T* b, T* c, long long m, long long n, long long k,
+        long long sai, long long sak, long long sbk, long long sbj, int x_is_row,
+        long long x0, long long y0, long long sx, long long sy) {
+    // what thread (x0, y0) of a grid (sx, sy) threads wide computes
+    const long long nx = x_is_row ? m : n, ny = x_is_row ? n : m;
+    const T* px = x_is_row ? a : b;
+    const T* py = x_is_row ? b : a;
+    const long long xo = x_is_row ? sai : sbj, xt = x_is_row ? sak : sbk;
+    const long long yo = x_is_row ? sbj : sai, yt = x_is_row ? sbk : sak;
+    for (long long Y = 0; Y < ny; Y += sy * R) {
+        for (long long X = 0; X < nx; X += sx * R) {
+            long long xs[R], ys[R];
+            bool xin[R], yin[R];
+            for (int q = 0; q < R; ++q) { xs[q] = X + x0 + q * sx; xin[q] = xs[q] < nx; }
+            for (int r = 0; r < R; ++r) { ys[r] = Y + y0 + r * sy; yin[r] = ys[r] < ny; }
+            if (!xin[0] || !yin[0]) continue;   // xs and ys grow: nothing of C is left here
+            T acc[R][R];
+            for (int r = 0; r < R; ++r)
+                for (int q = 0; q < R; ++q) acc[r][q] = T(0);
+            for (long long t = 0; t < k; ++t) {
+                T xv[R], yv[R];
+                for (int q = 0; q < R; ++q) xv[q] = xin[q] ? px[xs[q] * xo + t * xt] : T(0);
+                for (int r = 0; r < R; ++r) yv[r] = yin[r] ? py[ys[r] * yo + t * yt] : T(0);
+                for (int r = 0; r < R; ++r)
+                    for (int q = 0; q < R; ++q) acc[r][q] += yv[r] * xv[q];
+            }
+            for (int r = 0; r < R; ++r) {
+                for (int q = 0; q < R; ++q) {
+                    if (yin[r] && xin[q]) {
+                        const long long i = x_is_row ? xs[q] : ys[r];
+                        const long long j = x_is_row ? ys[r] : xs[q];
+                        c[i * n + j] = acc[r][q];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define ADJIT_MATMUL_KERNEL(NAME, T, R) \\
+extern "C" __global__ void NAME(const T* a, const T* b, T* c, long long m, long long n, \\
+                                long long k, long long sai, long long sak, long long sbk, \\
+                                long long sbj, int x_is_row) { \\
+    adjit_matmul_thread<T, R>(a, b, c, m, n, k, sai, sak, sbk, sbj, x_is_row, \\
+                              blockIdx.x * (long long)blockDim.x + threadIdx.x, \\
+                              blockIdx.y * (long long)blockDim.y + threadIdx.y, \\
+                              (long long)blockDim.x * gridDim.x, \\
+                              (long long)blockDim.y * gridDim.y); \\
+}
+
+ADJIT_MATMUL_KERNEL(adjit_matmul_f32_r1, float, 1)
+ADJIT_MATMUL_KERNEL(adjit_matmul_f32_r4, float, 4)
+ADJIT_MATMUL_KERNEL(adjit_matmul_f64_r1, double, 1)
+ADJIT_MATMUL_KERNEL(adjit_matmul_f64_r4, double, 4)
+"""
+
+
+def matmul_launch(m, n, x_is_row):
+    """(kernel R, grid, block) for a C of (m, n): R x R blocks per thread once C is large
+    (2**17 elements: about two waves of an H200 at one element a thread), a 32 x 8 block."""
+    r = 4 if m * n >= 1 << 17 else 1
+    nx, ny = (m, n) if x_is_row else (n, m)
+    tx, ty = -(-nx // r), -(-ny // r)
+    grid = (min(-(-tx // 32), 2 ** 31 - 1), min(-(-ty // 8), 65535), 1)
+    return r, grid, (32, 8, 1)
+
+
 # -- standalone translation units ------------------------------------------------------------
 def symbol(k, d: KernelDef) -> str:
     """The C symbol of kernel number k of a translation unit."""

@@ -180,15 +180,17 @@ def _to_cp(rhs):
     return re.sub(r"\bnp\.", "cp.", rhs)
 
 
-def generate(g, fn_name="program", inplace=None):
+def generate(g, fn_name="program", inplace=None, capture=False):
     """-> (source, kernel defs, constants, attribute table) for the scheduled graph g.
 
     inplace maps an output node to the input node whose buffer its kernel writes (donated
     arguments of a CUDA-graph program, see `donation`). Values are `del`-ed after the last
     statement that reads them, which may differ from the schedule's last use since kernels
-    read a broadcast's source instead of the broadcast.
+    read a broadcast's source instead of the broadcast. capture: the module is run under
+    stream capture (cuda_graph=True), so matrix products call `_rt_matmul` (the runtime's
+    matmul: CuPy refuses cuBLAS calls on a capturing stream) instead of `@`.
     """
-    m = _Module(g, inplace or {})
+    m = _Module(g, inplace or {}, capture)
     sched = g.meta["schedule"]
     inline = _kernel_only(g, sched.order)
     runs = _runs(g, sched.order)
@@ -257,8 +259,8 @@ class _Module:
     """What one generated module holds while it is written: names, inlined expressions,
     constants, the kernels defined so far, and the nodes the current statement reads."""
 
-    def __init__(self, g, inplace):
-        self.g, self.inplace = g, inplace
+    def __init__(self, g, inplace, capture=False):
+        self.g, self.inplace, self.capture = g, inplace, capture
         self.names = Names(g)
         self.expr, self.alias, self.consts, self.attrs_tab = {}, {}, [], []
         self.defs, self.kernel_src, self.used = [], [], set()
@@ -276,6 +278,9 @@ class _Module:
     def statement(self, n):
         """A non-kernel node: the NumPy backend's template with `cp.` for `np.`."""
         g = self.g
+        if self.capture and g[n]["op"] == "matmul":
+            a, b = (self.arg(x) for x in g.args(n))
+            return f"{self.names[n]} = _rt_matmul({a}, {b})"
         rhs = _to_cp(_expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab))
         if n in g.outputs and g[n]["op"] == "broadcast_to":
             rhs = f"cp.array({rhs})"  # results must be writable arrays, not views
@@ -370,6 +375,10 @@ def _kernel_only(g, order):
     return only
 
 
+def _matmul(a, b):
+    return a @ b
+
+
 def build(g, fn_name="program", cuda_graph=False, donate_argnums=(), runtime=None):
     """Generate and load the module; -> dict(fn, source, kernels, prepare, finish).
 
@@ -388,8 +397,9 @@ def build(g, fn_name="program", cuda_graph=False, donate_argnums=(), runtime=Non
     from .cupy_runtime import CupyRuntime, device_ops
     rt = runtime or CupyRuntime()
     pairs, inplace = donation(g, donate_argnums) if donate_argnums else ([], {})
-    source, defs, consts, attrs_tab = generate(g, fn_name, inplace)
+    source, defs, consts, attrs_tab = generate(g, fn_name, inplace, capture=cuda_graph)
     namespace = {"cp": rt.xp, "np": np, "_rt_elementwise": rt.elementwise,
+                 "_rt_matmul": getattr(rt, "matmul", None) or _matmul,
                  "_rt_reduction": rt.reduction, "_rt_attrs": attrs_tab,
                  "_rt_consts": [rt.to_device(c) for c in consts], "_rt_ops": device_ops(rt)}
     ns, _ = load_module(source, fn_name, namespace)

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from ..ir.ops import OPS, _build_key
+from . import cuda_source as cs
 
 
 def to_device(x):
@@ -32,63 +33,105 @@ class CupyRuntime:
     def __init__(self):
         import cupy
         self.xp = cupy
+        self._capturing = False   # True while capture() runs the program (see matmul)
 
     def _kernel(self, kind, make, name, *code):
-        # kernels whose code differs only in their name share one compiled kernel (named
-        # after the first): CuPy compiles each kernel object once, at its first call
+        # kernels whose code differs only in their name share one kernel object (CuPy compiles
+        # each once, at its first call), and CuPy gets a name made from the code: the source
+        # is then the same in every process, so CuPy's disk cache (~/.cupy/kernel_cache, keyed
+        # by the source) serves what another process (a test shard) compiled already
         key = (kind,) + tuple(c.replace(name, "@") if isinstance(c, str) else c for c in code)
         key = hashlib.sha256(repr(key).encode()).hexdigest()
         with self._lock:
             k = self._cache.get(key)
             if k is None:
-                k = self._cache[key] = make()
+                canon = f"adjit_{key[:20]}"
+                k = self._cache[key] = make(
+                    canon, lambda s: s.replace(name, canon) if isinstance(s, str) else s)
         return k
 
     def elementwise(self, in_params, out_params, operation, name, preamble=""):
-        return self._kernel("e", lambda: self.xp.ElementwiseKernel(
-            in_params, out_params, operation, name, preamble=preamble),
+        return self._kernel("e", lambda canon, r: self.xp.ElementwiseKernel(
+            in_params, out_params, r(operation), canon, preamble=r(preamble)),
             name, in_params, out_params, operation, preamble)
 
     def reduction(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
                   identity, name, reduce_type=None, preamble=""):
-        return self._kernel("r", lambda: self.xp.ReductionKernel(
-            in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name,
-            reduce_type=reduce_type, preamble=preamble),
+        return self._kernel("r", lambda canon, r: self.xp.ReductionKernel(
+            in_params, out_params, r(map_expr), r(reduce_expr), r(post_map_expr), r(identity),
+            canon, reduce_type=reduce_type, preamble=r(preamble)),
             name, in_params, out_params, map_expr, reduce_expr, post_map_expr, identity,
             reduce_type, preamble)
 
     to_device = staticmethod(to_device)
 
+    # matrix products: cuBLAS, except inside a captured graph
+    def matmul(self, a, b):
+        """a @ b. CuPy raises NotImplementedError for any cuBLAS call on a capturing stream
+        (cupy_backends/cuda/libs/cublas.pyx, setStream), so while capture() runs the program
+        (the warm-up too, which compiles the kernel) products use cuda_source.MATMUL_SOURCE,
+        or a ReductionKernel for stacks and other dtypes."""
+        if not self._capturing:
+            return a @ b
+        return _capturable_matmul(self, a, b)
+
+    def _raw_matmul(self, dtype, r):
+        key = (np.dtype(dtype).name, r)
+        with self._lock:
+            k = self._mm_cache.get(key)
+            if k is None:
+                module = self._mm_cache.get("module")
+                if module is None:
+                    module = self._mm_cache["module"] = self.xp.RawModule(
+                        code=cs.MATMUL_SOURCE)
+                k = self._mm_cache[key] = module.get_function(cs.MATMUL_KERNELS[key])
+        return k
+
+    def _reduction_matmul(self):
+        with self._lock:
+            k = self._mm_cache.get("reduction")
+            if k is None:
+                k = self._mm_cache["reduction"] = self.xp.ReductionKernel(
+                    "T x, T y", "T z", "x * y", "a + b", "z = a", "0", "adjit_matmul_reduce")
+        return k
+
+    _mm_cache = {}
+
     # stream capture, used by cuda_graph.GraphRunner
     def capture(self, run, buffers):
         """Capture run() on a private stream and memory pool -> (graph, run's result, keep).
 
-        run(warmup=True) executes once first, uncaptured, so kernels compile, cuBLAS sets up
-        and the private pool caches every block the captured run takes: capture then
-        allocates nothing new. The pool is the graph's alone, so no other array reuses its
-        memory between replays. `buffers` (the static arguments) are already on the device.
+        run(warmup=True) executes once first, uncaptured, so kernels compile and the private
+        pool caches every block the captured run takes: capture then allocates nothing new.
+        Both runs multiply with our kernel, not cuBLAS (see matmul). The pool is the graph's
+        alone, so no other array reuses its memory between replays. `buffers` (the static
+        arguments) are already on the device.
         """
         cp = self.xp
         stream = cp.cuda.Stream(non_blocking=True)
         pool = cp.cuda.MemoryPool()
         relaxed = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", 2)
         cp.cuda.get_current_stream().synchronize()   # the arguments were copied there
-        with cp.cuda.using_allocator(pool.malloc), stream:
-            run(warmup=True)
-            stream.synchronize()
-            try:
-                stream.begin_capture(mode=relaxed)   # relaxed: the pool may still cudaMalloc
-            except TypeError:
-                stream.begin_capture()               # a CuPy whose begin_capture takes no mode
-            try:
-                result = run(warmup=False)
-            except BaseException:
+        self._capturing = True   # matmul avoids cuBLAS (see there), the warm-up included
+        try:
+            with cp.cuda.using_allocator(pool.malloc), stream:
+                run(warmup=True)
+                stream.synchronize()
                 try:
-                    stream.end_capture()
-                except Exception:  # noqa: BLE001 - the capture is broken; run's error says why
-                    pass
-                raise
-            graph = stream.end_capture()
+                    stream.begin_capture(mode=relaxed)   # relaxed: the pool may cudaMalloc
+                except TypeError:
+                    stream.begin_capture()               # a CuPy whose begin_capture has no mode
+                try:
+                    result = run(warmup=False)
+                except BaseException:
+                    try:
+                        stream.end_capture()
+                    except Exception:  # noqa: BLE001 - the capture is broken; run's error says why
+                        pass
+                    raise
+                graph = stream.end_capture()
+        finally:
+            self._capturing = False
         return graph, result, (stream, pool)
 
     def launch(self, graph):
@@ -104,6 +147,50 @@ class CupyRuntime:
 
     def empty(self, shape, dtype):
         return self.xp.empty(shape, dtype=dtype)
+
+
+def _capturable_matmul(rt, a, b):
+    """np.matmul(a, b) without cuBLAS: 2-D (and 1-D) float32/float64 products with the
+    strided kernel of cuda_source.MATMUL_SOURCE, anything else with a ReductionKernel over the
+    broadcast product. The result is a new contiguous array."""
+    xp = rt.xp
+    dt = np.result_type(a.dtype, b.dtype)
+    a = a if a.dtype == dt else a.astype(dt)
+    b = b if b.dtype == dt else b.astype(dt)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a2.ndim > 2 or b2.ndim > 2 or (dt.name, 1) not in cs.MATMUL_KERNELS:
+        c = rt._reduction_matmul()(a2[..., :, :, None], b2[..., None, :, :], axis=-2)
+    else:
+        (m, k), n = a2.shape, b2.shape[1]
+        c = xp.empty((m, n), dtype=dt)
+        if c.size and not k:
+            c.fill(0)
+        elif c.size:
+            size = dt.itemsize
+            sai, sak = (s // size for s in a2.strides)
+            sbk, sbj = (s // size for s in b2.strides)
+            if abs(sbj) == 1 and n > 1:
+                x_is_row = 0
+            elif abs(sai) == 1 and m > 1:
+                x_is_row = 1
+            elif n >= m:     # neither is contiguous along C's rows or columns: copy one
+                b2 = xp.ascontiguousarray(b2)
+                sbk, sbj, x_is_row = n, 1, 0
+            else:
+                a2 = xp.asfortranarray(a2)
+                sai, sak, x_is_row = 1, m, 1
+            r, grid, block = cs.matmul_launch(m, n, x_is_row)
+            rt._raw_matmul(dt, r)(grid, block, (
+                a2, b2, c, np.int64(m), np.int64(n), np.int64(k), np.int64(sai),
+                np.int64(sak), np.int64(sbk), np.int64(sbj), np.int32(x_is_row)))
+    if a.ndim == 1 and b.ndim == 1:
+        return c.reshape(())
+    if a.ndim == 1:
+        return c.reshape(c.shape[:-2] + c.shape[-1:])
+    if b.ndim == 1:
+        return c.reshape(c.shape[:-1])
+    return c
 
 
 # -- device implementations of ops whose references allocate with NumPy ----------------------
@@ -146,5 +233,3 @@ def _add_at(xp):
         return at
     import cupyx  # CuPy before ufunc.at
     return cupyx.scatter_add
-
-

@@ -3,20 +3,25 @@
 Usage, from the repository root:
     python benchmarks/gpu_check.py [--data DIR] [--out FILE] [--budget SECONDS]
 
-Sections, each timed and fail-soft (a failing section prints its traceback and the rest run):
+Sections, each timed and fail-soft (a failing section prints its traceback and the rest run;
+a section that would start past its share of --budget is skipped with a row saying so):
   environment   versions, device, whether adjit picks the CuPy backend
   equality      GPU results against the NumPy backend (float32 tolerance): the MLP
                 784-256-256-10 gradient, Adam steps with and without a CUDA graph, and (after
-                the tests, whose kernels it shares) the op table's values and gradients
+                the tests, whose kernels it shares) the op table's values and gradients, for
+                as long as its time share lasts
   tests         the GPU tests (pytest -m gpu tests/backends/test_cupy.py) in parallel shards,
                 started first (they mostly compile kernels on the CPU), waited for before timing
   epoch         one MNIST training epoch (60,000 samples: the Fashion-MNIST IDX files in
                 --data DIR, else synthetic data of that shape), MLP 784-256-256-10, Adam,
                 batch 128 and 1024: adjit with and without a CUDA graph, PyTorch eager, and
-                torch.compile(mode="reduce-overhead") (in a child process, under a time limit)
+                torch.compile(mode="reduce-overhead") (a child process started first, so its
+                compilation overlaps the tests; it times its epochs when told, last)
   checkpoint    peak GPU memory of a deep MLP's gradient with and without checkpointing
-Prints one table last and writes it as JSON to --out. Needs only what the machine has:
-Python 3.12, NumPy, CuPy, PyTorch (optional), pytest. Sized to finish in under 5 minutes.
+Prints one table last and writes it as JSON to --out after every row (so a run stopped from
+outside leaves what it measured; "complete" is true once the table is final). Needs only what
+the machine has: Python 3.12, NumPy, CuPy, PyTorch (optional), pytest. Sized to finish in under
+5 minutes (--budget 285). The data folder is git-ignored: copy it along (data/fashion-mnist).
 """
 import argparse
 import json
@@ -38,6 +43,8 @@ GPU_TESTS = "tests/backends/test_cupy.py"
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 START = time.perf_counter()
 ROWS = []
+OUT = {"path": None, "argv": sys.argv}   # where save() writes the table (after every row)
+RESULTS = {}                             # (setting, batch) -> seconds per epoch
 
 
 def make_importable():
@@ -58,6 +65,20 @@ def make_importable():
                                                              os.environ.get("PYTHONPATH")]))
 
 
+def _kernel_cache_dir():
+    """CuPy caches compiled kernels under ~/.cupy/kernel_cache (CUPY_CACHE_DIR): use a
+    temporary folder when home is not writable; the child processes inherit the choice."""
+    if os.environ.get("CUPY_CACHE_DIR"):
+        return
+    try:
+        path = os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError:
+        os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy_kernel_cache_")
+
+
 def elapsed():
     return time.perf_counter() - START
 
@@ -68,16 +89,37 @@ def row(section, check, value, target="", ok=None, note=""):
     flag = "" if ok is None else ("  ok" if ok else "  FAIL")
     print(f"  {check}: {value}{(' (target ' + target + ')') if target else ''}{flag}"
           f"{('  ' + note) if note else ''}", flush=True)
+    save()
 
 
-def section(name, fn, *args):
+def save(done=False):
+    """Write the rows so far as JSON (atomically), so a run stopped from outside still leaves
+    everything measured until then."""
+    if not OUT["path"]:
+        return
+    tmp = OUT["path"] + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"rows": ROWS, "seconds": elapsed(), "complete": done,
+                       "argv": OUT["argv"]}, f, indent=1, default=str)
+        os.replace(tmp, OUT["path"])
+    except OSError as e:
+        print(f"  (cannot write {OUT['path']}: {e})", flush=True)
+
+
+def section(name, fn, *args, until=None):
+    """Run one section, fail-soft; skipped when the clock is already past `until` seconds."""
     print(f"\n== {name} (at {elapsed():.0f} s)", flush=True)
+    if until is not None and elapsed() > until:
+        row(name, f"{getattr(fn, '__name__', name)}", f"skipped: {elapsed():.0f} s gone, "
+            f"the budget leaves it none (limit {until:.0f} s)", ok=None)
+        return
     t = time.perf_counter()
     try:
         fn(*args)
     except Exception:  # noqa: BLE001 - fail soft: report and go on to the next section
         traceback.print_exc()
-        row(name, "section", "raised (traceback above)", ok=False)
+        row(name, getattr(fn, "__name__", "section"), "raised (traceback above)", ok=False)
     print(f"-- {name}: {time.perf_counter() - t:.1f} s", flush=True)
 
 
@@ -197,29 +239,42 @@ def _errors(got, want):
     return point, norm
 
 
-def equality_op_table():
-    """After the GPU tests: their kernels are the same source, so CuPy's disk cache has them."""
+def equality_op_table(until=None):
+    """After the GPU tests (which check every case, float32 fused and float64 unfused): a
+    summary row; stops taking new cases once the clock passes `until` seconds."""
     import adjit
     from optable import cases, make_inputs
-    worst, count, failed = 0.0, 0, []
-    for name, k, fn, spec in cases():
-        xs = make_inputs(spec, k, np.float32)
-        c = np.random.default_rng(7).normal(size=np.shape(fn(*xs))).astype(np.float32)
+    worst, count, failed, all_cases = 0.0, 0, [], list(cases())
+    for name, k, fn, spec in all_cases:
+        if until is not None and elapsed() > until:
+            break
+        count += 1
+        try:
+            xs = make_inputs(spec, k, np.float32)
+            c = np.random.default_rng(7).normal(size=np.shape(fn(*xs))).astype(np.float32)
 
-        def objective(*a, fn=fn, c=c):
-            out = fn(*a)
-            return np.sum(out * c), out
-        nums = tuple(range(len(xs)))
-        want = adjit.value_and_grad(objective, argnums=nums, has_aux=True,
-                                    backend="numpy")(*xs)
-        got = adjit.value_and_grad(objective, argnums=nums, has_aux=True,
-                                   backend="cupy")(*xs)
-        err = _errors(got, want)[0]
-        worst, count = max(worst, err), count + 1
-        if err > 2e-5:
+            def objective(*a, fn=fn, c=c):
+                out = fn(*a)
+                return np.sum(out * c), out
+            nums = tuple(range(len(xs)))
+            want = adjit.value_and_grad(objective, argnums=nums, has_aux=True,
+                                        backend="numpy")(*xs)
+            got = adjit.value_and_grad(objective, argnums=nums, has_aux=True,
+                                       backend="cupy")(*xs)
+            err = _errors(got, want)[0]
+        except Exception as e:  # noqa: BLE001 - one case's failure is reported, not fatal
+            failed.append(f"{name}-{k} ({type(e).__name__}: {str(e)[:80]})")
+            if count >= 5 and len(failed) == count:
+                failed.append("stopped: the first five cases all raised")
+                break
+            continue
+        worst = max(worst, err)
+        if not err <= 2e-5:
             failed.append(f"{name}-{k}")
-    row("equality", f"op table, values and gradients ({count} cases, float32, fused)",
-        f"max err {worst:.1e}", "<= 2e-5", not failed, ", ".join(failed[:8]))
+    row("equality", f"op table, values and gradients ({count} of {len(all_cases)} cases, "
+        "float32, fused)", f"max err {worst:.1e}", "<= 2e-5", not failed and count > 0,
+        ", ".join(failed[:8]) + ("" if count == len(all_cases) else
+                                 f"; stopped early (time limit {until} s)"))
 
 
 def equality_models():
@@ -343,9 +398,9 @@ def torch_trainer(X, y, batch, compiled, device="cuda"):
         opt_step()
         return loss.detach()
 
-    def epoch(seed):
+    def epoch(seed, limit=None):
         n = len(Xt)
-        steps = n // batch
+        steps = n // batch if limit is None else min(limit, n // batch)
         g = torch.Generator(device=device).manual_seed(seed)
         perm = torch.randperm(n, device=device, generator=g)
         total = torch.zeros((), device=device)
@@ -366,55 +421,49 @@ def epochs(args):
     row("epoch", "data", name, note=f"batch 128: {len(X) % 128} and batch 1024: "
         f"{len(X) % 1024} samples of the last partial batch are dropped (static shapes)")
     Xg, yg = cupy.asarray(X), cupy.asarray(y)         # moved to the GPU once
-    results = {}
+    results = RESULTS
     sync = cupy.cuda.Device().synchronize
     for batch in (128, 1024):
         for graph in (True, False):
-            tr = AdjitTrainer(Xg, yg, batch, graph)
-            secs, loss = _time_epochs(tr.epoch, args.epochs, sync)
             key = f"adjit{' + CUDA graph' if graph else ''}"
+            try:
+                tr = AdjitTrainer(Xg, yg, batch, graph)
+                secs, loss = _time_epochs(tr.epoch, args.epochs, sync)
+            except Exception:  # noqa: BLE001 - the other settings still run
+                traceback.print_exc()
+                row("epoch", f"{key}, batch {batch}", "raised (traceback above)", ok=False)
+                continue
+            mode = getattr(tr.prog.fn, "mode", None)
             results[(key, batch)] = secs
             row("epoch", f"{key}, batch {batch}", f"{secs:.3f} s/epoch "
                 f"({len(X) // batch * batch / secs:,.0f} samples/s)",
-                note=f"loss {loss:.3f}; build {tr.compile_s:.1f} s, {tr.kernels} kernels")
+                ok=(mode == "graph") if graph else None,
+                note=f"loss {loss:.3f}; build {tr.compile_s:.1f} s, {tr.kernels} kernels"
+                     + (f"; runner mode {mode}" if graph else ""))
     try:
         import torch
     except ImportError:
         row("epoch", "PyTorch", "not installed: no comparison")
         return results
     for batch in (128, 1024):
-        run = torch_trainer(X, y, batch, compiled=False)
-        secs, loss = _time_epochs(run, args.epochs, torch.cuda.synchronize)
+        try:
+            run = torch_trainer(X, y, batch, compiled=False)
+            secs, loss = _time_epochs(run, args.epochs, torch.cuda.synchronize)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            row("epoch", f"torch eager, batch {batch}", "raised (traceback above)", ok=False)
+            continue
         results[("torch eager", batch)] = secs
         row("epoch", f"torch eager, batch {batch}", f"{secs:.3f} s/epoch "
             f"({len(X) // batch * batch / secs:,.0f} samples/s)", note=f"loss {loss:.3f}")
-    limit = max(30, min(150, args.budget - 30 - elapsed()))
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-torch-compile",
-           "--epochs", str(args.epochs)] + (["--data", args.data] if args.data else [])
-    t = time.perf_counter()
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-        out, ok = res.stdout, res.returncode == 0
-        if not ok:
-            print(res.stdout[-3000:], res.stderr[-3000:])
-    except subprocess.TimeoutExpired as e:
-        out, ok = e.stdout or b"", True
-        out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        row("epoch", "torch.compile(mode='reduce-overhead')", f"stopped after {limit:.0f} s "
-            "(compiling); rows below are what finished")
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if not ok or not lines:
-        row("epoch", "torch.compile(mode='reduce-overhead')", "no result (output above)",
-            ok=False if not ok else None)
-    for ln in lines:
-        r = json.loads(ln)
-        results[("torch.compile", r["batch"])] = r["secs"]
-        row("epoch", f"torch.compile reduce-overhead, batch {r['batch']}",
-            f"{r['secs']:.3f} s/epoch ({r['rate']:,.0f} samples/s)",
-            note=f"loss {r['loss']:.3f}; compile and warm-up {r['warmup']:.0f} s")
-    print(f"  (torch.compile child: {time.perf_counter() - t:.0f} s)")
-    _verdicts(results)
     return results
+
+
+def torch_compile_section(args):
+    """The torch.compile child's timings (it compiled while the rest ran), then the verdicts."""
+    for r in finish_torch_compile(args.torch_compile, args.budget):
+        RESULTS[("torch.compile", r["batch"])] = r["secs"]
+    _verdicts(RESULTS)
 
 
 def _verdicts(results):
@@ -435,18 +484,87 @@ def _verdicts(results):
 
 
 def child_torch_compile(args):
-    """Run in a child process, so a slow compile cannot eat the whole budget."""
+    """Run in a child process, started first so that compiling (CPU time, 30-60 s a model)
+    overlaps the tests; it warms both batch sizes up, then waits for a line on stdin (the
+    parent's go, once the GPU is free) before the timed epochs, so timings do not overlap."""
     import torch
-    X, y, _ = load_data(args.data)
+    try:
+        X, y, _ = load_data(args.data)
+    except (OSError, ValueError):
+        X, y, _ = load_data(None)
+    runs = []
     for batch in (128, 1024):
         t = time.perf_counter()
         run = torch_trainer(X, y, batch, compiled=True)
-        run(0)
+        run(0, limit=5)          # compiles and records the CUDA graphs; little GPU time
         torch.cuda.synchronize()
-        warm = time.perf_counter() - t
+        runs.append((batch, run, time.perf_counter() - t))
+        print(json.dumps({"ready": batch, "warmup": runs[-1][2]}), flush=True)
+    sys.stdin.readline()
+    for batch, run, warm in runs:
         secs, loss = _time_epochs(run, args.epochs, torch.cuda.synchronize)
         print(json.dumps({"batch": batch, "secs": secs, "loss": loss, "warmup": warm,
                           "rate": len(X) // batch * batch / secs}), flush=True)
+
+
+def start_torch_compile(args):
+    """Start child_torch_compile (None when PyTorch is missing); its output goes to files, so
+    nothing blocks on a full pipe."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return None
+    logs = tempfile.mkdtemp(prefix="adjit_torch_compile_")
+    out = open(os.path.join(logs, "stdout"), "w+")
+    err = open(os.path.join(logs, "stderr"), "w+")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child-torch-compile",
+           "--epochs", str(args.epochs)] + (["--data", args.data] if args.data else [])
+    # a few compile workers: the test shards need the CPUs more while both run
+    env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS=os.environ.get(
+        "TORCHINDUCTOR_COMPILE_THREADS", "4"))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                            text=True, env=env)
+    return {"proc": proc, "out": out, "err": err, "start": time.perf_counter()}
+
+
+def finish_torch_compile(tc, budget):
+    """Tell the child to time its epochs, wait for it within the budget; -> its results."""
+    name = "torch.compile(mode='reduce-overhead')"
+    if tc is None:
+        row("epoch", name, "not run (no PyTorch, or not started)")
+        return []
+    proc = tc["proc"]
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.stdin.close()
+    except OSError:
+        pass                                    # the child has already ended: see its output
+    limit = max(15.0, budget - 10 - elapsed())
+    try:
+        proc.wait(timeout=limit)
+        stopped = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        stopped = True
+    tc["out"].seek(0)
+    lines = [json.loads(ln) for ln in tc["out"].read().splitlines() if ln.startswith("{")]
+    done = [r for r in lines if "secs" in r]
+    for r in done:
+        row("epoch", f"torch.compile reduce-overhead, batch {r['batch']}",
+            f"{r['secs']:.3f} s/epoch ({r['rate']:,.0f} samples/s)",
+            note=f"loss {r['loss']:.3f}; compile and warm-up {r['warmup']:.0f} s")
+    ready = [r["ready"] for r in lines if "ready" in r]
+    if stopped:
+        row("epoch", name, f"stopped at {elapsed():.0f} s (compiled batches {ready}); rows "
+            "above are what finished")
+    elif proc.returncode != 0 or len(done) < 2:
+        tc["err"].seek(0)
+        print(tc["err"].read()[-3000:])
+        row("epoch", name, f"child exited {proc.returncode} with {len(done)} results (its "
+            "stderr above)", ok=False)
+    print(f"  (torch.compile child: {time.perf_counter() - tc['start']:.0f} s since its start)")
+    return done
 
 
 def checkpoint_memory():
@@ -487,28 +605,45 @@ def checkpoint_memory():
 def start_gpu_tests():
     """The GPU tests in child processes (shards), started first: they mostly compile kernels
     on the CPU, so they run in parallel while the equality checks do, and are waited for
-    before anything is timed."""
-    shards = max(1, min(6, (os.cpu_count() or 2) // 2))
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-           GPU_TESTS]
-    return [subprocess.Popen(cmd + ["--shard", f"{k}/{shards}"], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for k in range(shards)]
+    before anything is timed. Their output goes to files: a pipe nobody reads until the end
+    would fill up (64 KiB of tracebacks) and stop the shard."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 2
+    # NVRTC compiles (~0.1-0.5 s a kernel, ~2,000 kernels cold) dominate: one shard a core,
+    # leaving some for this process and the torch.compile child
+    shards = max(1, min(10, cpus - 5))
+    logs = tempfile.mkdtemp(prefix="adjit_gpu_tests_")
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "--tb=short", "-p",
+           "no:cacheprovider", GPU_TESTS]
+    procs = []
+    for k in range(shards):
+        log = open(os.path.join(logs, f"shard{k}.txt"), "w+")
+        proc = subprocess.Popen(cmd + ["--shard", f"{k}/{shards}"], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, text=True)
+        proc.log = log
+        procs.append(proc)
+    return procs
 
 
 def finish_gpu_tests(procs, deadline):
     counts, failed, outputs = {}, False, []
     for k, proc in enumerate(procs):
+        note = ""
         try:
-            out, _ = proc.communicate(timeout=max(5, deadline - elapsed()))
+            proc.wait(timeout=max(5, deadline - elapsed()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, _ = proc.communicate()
-            out += f"\nshard {k}: not done at {deadline:.0f} s: stopped"
+            proc.wait()
+            note = f"\nshard {k}: not done at {deadline:.0f} s: stopped"
             failed = True
         failed |= proc.returncode != 0
+        proc.log.seek(0)
+        out = proc.log.read() + note
         outputs.append(out)
-        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", out):
+        summary = out.strip().splitlines()[-1] if out.strip() else ""
+        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary):
             counts[what] = counts.get(what, 0) + int(n)
     if failed:
         for k, out in enumerate(outputs):
@@ -541,24 +676,36 @@ def main():
     ap.add_argument("--child-torch-compile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     make_importable()
+    _kernel_cache_dir()
     if args.child_torch_compile:
         return child_torch_compile(args)
+    OUT["path"] = args.out
     only = set(args.only.split(",")) if args.only else None
 
     def wanted(name):
         return only is None or name in only
+    B = args.budget
     tests = start_gpu_tests() if wanted("tests") else None
-    plan = [("environment", environment, ()), ("equality", equality_models, ()),
-            ("tests", finish_gpu_tests, (tests, 0.5 * args.budget)),
-            ("equality", equality_op_table, ()), ("epoch", epochs, (args,)),
-            ("checkpoint", checkpoint_memory, ())]
-    for name, fn, fargs in plan:
-        if wanted(name):
-            section(name, fn, *fargs)
-    table()
-    with open(args.out, "w") as f:
-        json.dump({"rows": ROWS, "seconds": elapsed(), "argv": sys.argv}, f, indent=1)
-    print(f"wrote {args.out}")
+    args.torch_compile = start_torch_compile(args) if wanted("epoch") else None
+    plan = [("environment", environment, (), None),
+            ("equality", equality_models, (), 0.4 * B),
+            ("tests", finish_gpu_tests, (tests, 0.5 * B), None),
+            ("equality", equality_op_table, (0.6 * B,), 0.55 * B),
+            ("epoch", epochs, (args,), 0.75 * B),
+            ("checkpoint", checkpoint_memory, (), 0.85 * B),
+            ("epoch", torch_compile_section, (args,), None)]
+    try:
+        for name, fn, fargs, until in plan:
+            if wanted(name):
+                section(name, fn, *fargs, until=until)
+    finally:
+        for proc in (tests or []) + ([args.torch_compile["proc"]] if args.torch_compile
+                                     else []):
+            if proc.poll() is None:
+                proc.kill()
+        table()
+        save(done=True)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

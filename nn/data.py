@@ -17,7 +17,37 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from tqdm import tqdm
+
+try:
+    from tqdm import tqdm
+except ImportError:  # tqdm only draws progress bars: without it, training runs without them
+    class tqdm:  # noqa: N801 - stands in for tqdm.tqdm
+        """The part of tqdm's interface adjit uses, drawing nothing."""
+
+        def __init__(self, iterable=None, *args, **kwargs):
+            self.iterable = iterable
+
+        def __iter__(self):
+            return iter(self.iterable)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1):
+            pass
+
+        def set_postfix_str(self, s="", refresh=True):
+            pass
+
+        def close(self):
+            pass
+
+        @staticmethod
+        def write(s, *args, **kwargs):
+            print(s)
 
 __all__ = ["DataError", "Dataset", "load", "load_sample", "read_idx", "write_idx",
            "load_idx_dir", "download", "to_float", "check_dataset", "batches", "num_batches"]

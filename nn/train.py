@@ -12,7 +12,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm import tqdm
+
+try:
+    from tqdm import tqdm
+except ImportError:  # no progress bars without tqdm (nn/data.py has the stand-in)
+    from .data import tqdm
 
 from ..frontend.api import compile as adjit_compile
 from ..frontend.api import pick_backend, value_and_grad

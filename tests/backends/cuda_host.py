@@ -125,23 +125,92 @@ class HostRuntime:
 
     def capture(self, run, buffers):
         """Emulated capture: like CUDA, capturing does not run the program; a replay re-runs
-        it and leaves the results in the buffers the capture returned."""
-        run(warmup=True)
-        saved = [b.copy() for b in buffers]
-        result = run(warmup=False)
-        for b, s in zip(buffers, saved):
-            b[...] = s
+        it and leaves the results in the buffers the capture returned. Matrix products take
+        the path they take under a real capture (no cuBLAS: cuda_source.MATMUL_SOURCE)."""
+        self._capturing = True
+        try:
+            run(warmup=True)
+            saved = [b.copy() for b in buffers]
+            result = run(warmup=False)
+            for b, s in zip(buffers, saved):
+                b[...] = s
+        finally:
+            self._capturing = False
         self.captures = getattr(self, "captures", 0) + 1
 
         def replay():
-            for r, new in zip(result, run(warmup=False)):
+            self._capturing = True
+            try:
+                new_result = run(warmup=False)
+            finally:
+                self._capturing = False
+            for r, new in zip(result, new_result):
                 if r is not new:
                     r[...] = new
         return replay, result, None
 
+    # matrix products: as CupyRuntime.matmul, with the capture kernel compiled for the host
+    _capturing = False
+
+    def matmul(self, a, b):
+        if not self._capturing:
+            return a @ b
+        from adjit.backends.cupy_runtime import _capturable_matmul
+        self.capture_matmuls = getattr(self, "capture_matmuls", 0) + 1
+        return _capturable_matmul(self, a, b)
+
+    def _raw_matmul(self, dtype, r):
+        return host_matmul_kernel(self.workdir, dtype, r)
+
+    def _reduction_matmul(self):
+        def reduce(x, y, axis):
+            return np.sum(x * y, axis=axis)
+        return reduce
+
     def launch(self, graph):
         self.launches = getattr(self, "launches", 0) + 1
         graph()
+
+
+MATMUL_HOST_WRAPPERS = """
+#define ADJIT_MATMUL_HOST(NAME, T) \\
+extern "C" void NAME(const T* a, const T* b, T* c, long long m, long long n, long long k, \\
+                     long long sai, long long sak, long long sbk, long long sbj, int x_is_row, \\
+                     long long threads_x, long long threads_y, int r) { \\
+    for (long long y0 = 0; y0 < threads_y; ++y0) \\
+        for (long long x0 = 0; x0 < threads_x; ++x0) { \\
+            if (r == 4) \\
+                adjit_matmul_thread<T, 4>(a, b, c, m, n, k, sai, sak, sbk, sbj, x_is_row, \\
+                                          x0, y0, threads_x, threads_y); \\
+            else \\
+                adjit_matmul_thread<T, 1>(a, b, c, m, n, k, sai, sak, sbk, sbj, x_is_row, \\
+                                          x0, y0, threads_x, threads_y); \\
+        } \\
+}
+ADJIT_MATMUL_HOST(adjit_matmul_host_f32, float)
+ADJIT_MATMUL_HOST(adjit_matmul_host_f64, double)
+"""
+
+
+def host_matmul_kernel(workdir, dtype, r=1):
+    """cuda_source.MATMUL_SOURCE's thread function (R x R blocks) compiled for the host and
+    run for every thread of the grid, called as CuPy calls the RawKernel:
+    kernel(grid, block, (a, b, c, m, n, k, sai, sak, sbk, sbj, x_is_row))."""
+    lib = ctypes.CDLL(cs.compile_unit(cs.MATMUL_SOURCE + MATMUL_HOST_WRAPPERS, workdir, "host"))
+    fn = getattr(lib, {"float32": "adjit_matmul_host_f32",
+                       "float64": "adjit_matmul_host_f64"}[np.dtype(dtype).name])
+    fn.restype = None
+
+    def launch(grid, block, args):
+        a, b, c = args[:3]
+        assert c.flags.c_contiguous and a.dtype == b.dtype == c.dtype == np.dtype(dtype)
+        assert len(args) == 11 and grid[1] <= 65535 and block[0] * block[1] * block[2] <= 1024
+        ints = [ctypes.c_longlong(int(v)) for v in args[3:10]] + [ctypes.c_int(int(args[10]))]
+        threads = [ctypes.c_longlong(int(grid[d]) * int(block[d])) for d in (0, 1)]
+        fn(*[ctypes.c_void_p(x.ctypes.data) for x in (a, b, c)], *ints, *threads,
+           ctypes.c_int(r))
+    launch.lib = lib
+    return launch
 
 
 def same_code(d):

@@ -328,3 +328,83 @@ def test_runtime_subprocess_has_no_cupy_import():
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+# -- matrix products inside captured CUDA graphs (CuPy refuses cuBLAS while capturing) --------
+@needs_nvcc
+def test_capture_matmul_kernel_compiles_for_the_h200(tmp_path):
+    ptx = open(cs.compile_unit(cs.MATMUL_SOURCE, str(tmp_path), optimize=True)).read()
+    assert set(cs.MATMUL_KERNELS.values()) <= {name for name, _ in _ptx_entries(ptx)}
+
+
+def _strided_operands(rng, dt):
+    """(a, b) pairs of every layout the capture matmul chooses between, 1-D and stacks."""
+    A = rng.normal(size=(7, 5)).astype(dt)
+    B = rng.normal(size=(5, 6)).astype(dt)
+    yield A, B                                       # both row-major
+    yield np.asfortranarray(A), B.T.copy().T         # a column-major, b column-major
+    yield A, np.ascontiguousarray(B.T).T             # b a transposed view (NT: copies)
+    yield np.ascontiguousarray(A.T).T, np.ascontiguousarray(B.T).T
+    yield A[::2, ::-1], B[::-1, 1::2]                # negative and non-unit strides
+    yield A[:1], B[:, :1]                            # (1, k) @ (k, 1)
+    yield A[2], B                                    # 1-D @ 2-D
+    yield A, B[:, 3]                                 # 2-D @ 1-D
+    yield A[3], B[:, 2]                              # 1-D @ 1-D
+    yield A[:, :0], B[:0]                            # k = 0
+    yield rng.normal(size=(3, 7, 5)).astype(dt), B   # a stack: the reduction path
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dt", DTYPES)
+def test_capture_matmul_equals_numpy(tmp_path, dt):
+    from adjit.backends.cupy_runtime import _capturable_matmul
+    rt = HostRuntime(str(tmp_path))
+    rng = np.random.default_rng(3)
+    for a, b in _strided_operands(rng, dt):
+        got, want = _capturable_matmul(rt, a, b), a @ b
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dt == np.float32 else 1e-12,
+                                   atol=1e-6 if dt == np.float32 else 1e-12)
+
+
+def test_graph_programs_multiply_without_cublas():
+    """Under capture (cuda_graph=True) products call the runtime's matmul, not `@`."""
+    _, ref, xs, _ = next(p for p in model_programs() if p[0] == "adam-step")
+    g = pipeline(ref, *xs)
+
+    def code(source):
+        return "\n".join(ln for ln in source.splitlines() if not ln.strip().startswith("#"))
+    plain = code(cupy_backend.generate(g)[0])
+    captured = code(cupy_backend.generate(g, capture=True)[0])
+    assert " @ " in plain and "_rt_matmul(" not in plain
+    assert " @ " not in captured and captured.count("_rt_matmul(") == plain.count(" @ ")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("r", [1, 4])
+def test_capture_matmul_grid_stride_loops_cover_every_element(tmp_path, r):
+    """Grids smaller than C (each thread loops), larger (threads idle) and ragged (C not a
+    multiple of the blocks), both mappings, R x R blocks of C per thread."""
+    from cuda_host import host_matmul_kernel
+    kernel = host_matmul_kernel(str(tmp_path), np.float64, r)
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(9, 4)), rng.normal(size=(4, 11))
+    for grid, block in (((1, 1, 1), (2, 3, 1)), ((1, 1, 1), (3, 2, 1)),
+                        ((2, 3, 1), (32, 8, 1))):
+        for x_is_row in (0, 1):
+            c = np.full((9, 11), np.nan)
+            kernel(grid, block, (a, b, c, 9, 11, 4, 4, 1, 11, 1, x_is_row))
+            np.testing.assert_allclose(c, a @ b, rtol=1e-12)
+
+
+@needs_nvcc
+def test_capture_matmul_uses_register_blocks_for_large_products(tmp_path):
+    from adjit.backends.cupy_runtime import _capturable_matmul
+    assert cs.matmul_launch(128, 256, 0)[0] == 1 and cs.matmul_launch(1024, 256, 0)[0] == 4
+    rt = HostRuntime(str(tmp_path))
+    rng = np.random.default_rng(9)
+    a = rng.normal(size=(300, 37)).astype(np.float32)
+    b = np.ascontiguousarray(rng.normal(size=(450, 37)).astype(np.float32)).T   # NT
+    np.testing.assert_allclose(_capturable_matmul(rt, a, b), a @ b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_capturable_matmul(rt, b.T, a.T), b.T @ a.T, rtol=1e-4,
+                               atol=1e-5)

@@ -111,6 +111,7 @@ def test_cuda_graph_steps_equal_numpy(host, opt):
             assert all(id(x) in buffers for x in leaves(out[1:]))   # fed back: no copies
     assert runner.mode == "graph"
     assert getattr(host, "launches", 0) - launches == 4
+    assert "_rt_matmul(" in step.source and getattr(host, "capture_matmuls", 0) > 0
     assert len({id(x) for x in losses}) == 4 and len({float(x) for x in losses}) == 4
 
 
@@ -149,6 +150,39 @@ def test_program_reports_its_kernels():
                                                np.float32(0.1)))[:2]
     assert defs and all(d.name in src for d in defs)
     assert all(d.cuda().count("__global__") == 1 for d in defs)
+
+
+def test_runtime_names_kernels_by_their_code():
+    """Kernels differing only in their name are one object, and CuPy gets a name made from
+    the code (the same source in every process: CuPy's disk cache is keyed by source)."""
+    import types
+    made = []
+
+    def kernel(*args, **kw):
+        made.append((args, kw))
+        return object()
+    rt = cupy_runtime.CupyRuntime.__new__(cupy_runtime.CupyRuntime)
+    rt.xp = types.SimpleNamespace(ElementwiseKernel=kernel, ReductionKernel=kernel)
+    rt._capturing = False
+    saved = dict(cupy_runtime.CupyRuntime._cache)
+    try:
+        cupy_runtime.CupyRuntime._cache.clear()
+        e1 = rt.elementwise("float32 in0", "float32 out0", "out0 = in0;", "neg_v3")
+        e2 = rt.elementwise("float32 in0", "float32 out0", "out0 = in0;", "neg_v9")
+        r1 = rt.reduction("float32 in0", "float32 out0", "_rt_map_f_v1(in0)", "(a + b)",
+                          "out0 = a", "0.0f", "f_v1", reduce_type="float",
+                          preamble="float _rt_map_f_v1(float x) { return x; }")
+        r2 = rt.reduction("float32 in0", "float32 out0", "_rt_map_f_v7(in0)", "(a + b)",
+                          "out0 = a", "0.0f", "f_v7", reduce_type="float",
+                          preamble="float _rt_map_f_v7(float x) { return x; }")
+    finally:
+        cupy_runtime.CupyRuntime._cache.clear()
+        cupy_runtime.CupyRuntime._cache.update(saved)
+    assert e1 is e2 and r1 is r2 and len(made) == 2
+    (eargs, _), (rargs, rkw) = made
+    assert eargs[3].startswith("adjit_") and rargs[6].startswith("adjit_")
+    assert rargs[2] == f"_rt_map_{rargs[6]}(in0)" and f"_rt_map_{rargs[6]}(" in rkw["preamble"]
+    assert rkw["reduce_type"] == "float"
 
 
 # -- on a GPU ----------------------------------------------------------------------------------
@@ -231,6 +265,42 @@ def test_gpu_training_steps_equal_numpy(opt, cuda_graph):
         state = out[1:] + state[len(out) - 1:]
     if cuda_graph:
         assert step.lower(*state).fn.mode == "graph"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_gpu_capture_matmul_equals_cublas(dt):
+    """The kernel CUDA-graph programs multiply with (CuPy refuses cuBLAS while capturing), for
+    every layout it distinguishes, small and large (R x R blocks), against cuBLAS; then once
+    inside a real capture, replayed."""
+    import cupy
+    rt = cupy_runtime.CupyRuntime()
+    rng = np.random.default_rng(0)
+
+    def arr(*shape):
+        return cupy.asarray(rng.normal(size=shape).astype(dt))
+    A, B = arr(200, 37), arr(37, 700)
+    cases = [(A, B), (A, cupy.ascontiguousarray(B.T).T), (cupy.asfortranarray(A), B),
+             (cupy.ascontiguousarray(A.T).T, cupy.ascontiguousarray(B.T).T),
+             (A[::2, ::-1], B[::-1, 1::3]), (A[3], B), (A, B[:, 5]), (A[1], B[:, 2]),
+             (A[:, :0], B[:0]), (arr(3, 20, 37), B), (arr(1024, 784), arr(256, 784).T)]
+    tol = 1e-4 if dt == np.float32 else 1e-11
+    for a, b in cases:
+        got, want = cupy_runtime._capturable_matmul(rt, a, b), a @ b
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got.get(), want.get(), rtol=tol, atol=tol * 10)
+    a, b = cases[-1]
+
+    def run(warmup):
+        return (rt.matmul(a, b) * 2,)
+    graph, (c,), keep = rt.capture(run, [a, b])
+    rt.launch(graph)
+    cupy.cuda.Device().synchronize()
+    np.testing.assert_allclose(c.get(), 2 * (a @ b).get(), rtol=tol, atol=tol * 10)
+    a[...] = 0                       # a replay reads the buffers anew
+    rt.launch(graph)
+    assert not cupy.any(c)
 
 
 @pytest.mark.gpu
