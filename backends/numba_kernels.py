@@ -33,6 +33,10 @@ class KernelSpec:
     sizes: list          # the merged axis sizes to pass after the arrays
 
 
+# elementwise ops whose scalar spelling is already a Python bool for boolean results
+_BOOL_NATIVE = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_not", "isnan",
+                          "isinf", "isfinite", "where", "cast"))
+
 def literal(value, dtype) -> str:
     """A scalar constant as numba source (math.inf and math.nan instead of float('inf'))."""
     dt = np.dtype(dtype)
@@ -279,6 +283,9 @@ class _Source:
                 last = (w.short, w.text)
             if dt.kind != "b":
                 expr = f"np.{dt.name}({_unwrap(expr)})"
+            elif OPS[ins.op].kind == "elementwise" and ins.op not in _BOOL_NATIVE:
+                # NumPy's boolean arithmetic is logical: True + True is True (Python's is 2)
+                expr = f"({_unwrap(expr)} != 0)"
             lines.append(f"t{j} = {expr}")
             val[r] = f"t{j}"
         n_ins = len(self.ins)

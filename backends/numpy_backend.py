@@ -215,7 +215,11 @@ def build(g, fn_name="program", **options):
 
 def as_array(x):
     # Python scalars come in and NumPy scalars come out of 0-d operations: both become arrays
-    return x if type(x) is np.ndarray else np.asarray(x)
+    if type(x) is np.ndarray and x.dtype.isnative:
+        return x
+    x = np.asarray(x)
+    # arrays in the other byte order ('>f8') are converted: kernels compute in the native one
+    return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
 
 
 NAME = "numpy"

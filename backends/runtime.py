@@ -59,6 +59,8 @@ class Program:
         self._prepare = prepare or (lambda a: a)
         self._finish = finish or (lambda a: a)
         self._fresh = _shared_outputs(graph)
+        # results that stand for Python numbers (see frontend/trace.py) are returned as such
+        self._scalars = tuple(graph.meta.get("weak_out", ()))
 
     @property
     def ir(self) -> str:
@@ -80,11 +82,15 @@ class Program:
         """Run on the flattened array leaves of the non-static arguments."""
         prep, fin = self._prepare, self._finish
         outs = self.fn(*[prep(x) for x in leaves])
-        if self._fresh:
+        if self._fresh or self._scalars:
             outs = list(outs)
             for i in self._fresh:
                 if hasattr(outs[i], "copy"):
                     outs[i] = outs[i].copy()
+            outs = [fin(o) for o in outs]
+            for i in self._scalars:
+                outs[i] = outs[i].item()
+            return pytree.unflatten(self.out_tree, outs)
         return pytree.unflatten(self.out_tree, [fin(o) for o in outs])
 
     def __repr__(self):

@@ -35,9 +35,10 @@ def _leaf_key(x):
         return (x.shape, x.dtype.str)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
-    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-    shape = x.shape if hasattr(x, "__cuda_array_interface__") else np.shape(x)  # CuPy arrays
-    return (tuple(shape), np.dtype(dtype).str)
+    if hasattr(x, "__cuda_array_interface__"):                  # CuPy arrays
+        return (tuple(x.shape), np.dtype(x.dtype).str)
+    a = np.asarray(x)      # also a torch tensor, whose dtype is not NumPy's
+    return (a.shape, a.dtype.str)
 
 
 def _static_key(v):

@@ -276,7 +276,12 @@ def median(x, axis=None, keepdims=False):
     s = sort(x, ax)
     n = _shape_of(x)[ax]
     mid = _slice(s, ax, (n - 1) // 2, n // 2 + 1)
-    return F.mean(mid, axis=ax, keepdims=keepdims)
+    m = F.mean(mid, axis=ax, keepdims=keepdims)
+    if F._dtype_of(x).kind != "f":
+        return m
+    # sorting puts NaN last; NumPy's median of a slice holding NaN is NaN
+    bad = any_(isnan(x), ax, keepdims)
+    return F.where(bad, F.full_like(m, np.nan), m)
 
 
 def ptp(x, axis=None, keepdims=False):

@@ -436,9 +436,10 @@ def _getitem(x, key):
                           for a in arrays], tkey)
     key = tuple(k if k is None or isinstance(k, slice) else _static_int(k) for k in key)
     for k in key:
-        if isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop,
-                                                                        k.step)):
-            x._concrete("an index or slice bound (x[:k] with a traced k)")
+        if isinstance(k, slice):
+            for v in (k.start, k.stop, k.step):
+                if isinstance(v, Tracer):
+                    v._concrete("an index or slice bound (x[:k] with a traced k)")
     nreal = builtins.sum(1 for k in key if k is not None)
     if nreal > x.ndim:
         raise ShapeError(f"too many indices ({nreal}) for an array of shape {x.shape}"

@@ -28,7 +28,7 @@ _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
 UFUNCS = {
     np.add: F.add, np.subtract: F.sub, np.multiply: F.mul, np.divide: F.div,
     np.power: lambda x, y: _pow(x, y), np.float_power: lambda x, y: F.power(F.cast(x, np.float64), y),
-    np.maximum: F.maximum, np.minimum: F.minimum, np.fmax: F.maximum, np.fmin: F.minimum,
+    np.maximum: F.maximum, np.minimum: F.minimum, np.fmax: N.fmax, np.fmin: N.fmin,
     np.negative: F.neg, np.positive: lambda x: x, np.exp: F.exp, np.expm1: F.expm1,
     np.exp2: lambda x: F.exp(F.mul(x, _LN2)), np.log: F.log, np.log1p: F.log1p,
     np.log2: lambda x: F.div(F.log(x), _LN2), np.log10: lambda x: F.div(F.log(x), _LN10),

@@ -40,6 +40,13 @@ def leaf_spec(leaf, what):
         return (), np.asarray(leaf).dtype, True
     if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray
         return tuple(leaf.shape), np.dtype(leaf.dtype), False
+    if isinstance(leaf, np.matrix):
+        raise TraceError(f"argument {what} is an np.matrix, whose * is a matrix product: adjit "
+                         "traces plain arrays. Pass np.asarray(m) and write products with @")
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise TraceError(f"argument {what} is a masked array: adjit traces plain arrays. Pass "
+                         "the data and the mask as two arrays (np.ma.getdata(m), "
+                         "np.ma.getmaskarray(m)) and select with np.where")
     try:
         a = np.asarray(leaf)
     except Exception as e:  # noqa: BLE001 - reported with the argument's name
@@ -56,7 +63,8 @@ def leaf_spec(leaf, what):
     if a.dtype.kind == "c":
         raise TraceError(f"argument {what} is complex ({a.dtype}); adjit has no complex "
                          "dtype: pass the real and imaginary parts as two float arrays")
-    return a.shape, a.dtype, False
+    # the program computes in the machine's byte order (a '>f8' argument is converted)
+    return a.shape, (a.dtype if a.dtype.isnative else a.dtype.newbyteorder("=")), False
 
 
 def _numeric(x) -> bool:
@@ -106,9 +114,14 @@ def trace(fn, *args, static_argnums=()):
             _name_the_library(e)
             raise
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
-        outs = []
-        for leaf, path in zip(out_leaves, _out_paths):
+        outs, weak_out = [], []
+        from .functions import _is_weak
+        for k, (leaf, path) in enumerate(zip(out_leaves, _out_paths)):
             leaf = resolve(leaf)
+            if _is_weak(leaf):
+                # a Python number (or arithmetic on Python-number arguments only) comes back as
+                # one, as in NumPy: a step counter `t + 1` passed back in stays weak
+                weak_out.append(k)
             if not isinstance(leaf, Tracer) and not _numeric(leaf):
                 raise TraceError(
                     f"{getattr(fn, '__name__', 'the function')} returned "
@@ -120,7 +133,8 @@ def trace(fn, *args, static_argnums=()):
             outs.append(leaf.id)
     g = ctx.graph
     g.outputs = outs
-    g.meta.update(in_trees=in_trees, out_tree=out_tree, fn_name=getattr(fn, "__name__", "fn"))
+    g.meta.update(in_trees=in_trees, out_tree=out_tree, fn_name=getattr(fn, "__name__", "fn"),
+                  weak_out=tuple(weak_out))
     name_assignments(g)
     return g
 

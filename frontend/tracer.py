@@ -391,6 +391,16 @@ class Tracer:
     # -- values are unknown while tracing ---------------------------------------------------
     def _concrete(self, what):
         w = user_where()
+        from .functions import _is_weak
+        if _is_weak(self) and self.dtype.kind in "biu":
+            d = self.ctx.graph[self.id]
+            which = (f"the value of the argument {d['name']!r}" if d["op"] == "input"
+                     else "a value computed from Python int arguments")
+            raise TraceError(
+                f"{what} needs {which}{_at(w)}, but arguments are traced: their "
+                "values are not known while tracing. A Python int that sets an axis, a shape, "
+                "a count or a position is configuration: mark it static (static_argnums=...) "
+                "or make it keyword-only (def f(x, *, axis=1)), one program per value.")
         if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
                                                                           "int")):
             raise TraceError(

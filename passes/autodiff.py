@@ -126,7 +126,18 @@ class _Cotangents:
 
     def add(self, n, t):
         assert n not in self.done, "a cotangent was read before all its uses contributed"
-        self.parts.setdefault(n, []).append(t)
+        parts = self.parts.setdefault(n, [])
+        if self._dense(t):
+            # summed as it arrives: a weight read at every step of a loop then holds one
+            # running total in the backward, not one full-size gradient per step
+            k = next((i for i, p in enumerate(parts) if self._dense(p)), None)
+            if k is not None:
+                parts[k] = F.add(parts[k], t)
+                return
+        parts.append(t)
+
+    def _dense(self, t):
+        return OPS[self.ctx.graph[t.id]["op"]].places is None
 
     def __getitem__(self, n):
         if n not in self.done:

@@ -20,6 +20,10 @@ from ..ir.ops import OPS
 # a group's size bound: each output node of a group lists all of the group's arguments, so
 # an unrolled loop of scalar steps fused into one group would cost outputs x arguments edges
 MAX_GROUP = 256
+# arrays smaller than this are not worth a separate group to free early (see _holds_longer)
+HOLD_BYTES = 1 << 16
+# the ops that allocate a new array (inputs, constants, views and broadcasts do not)
+_WORK = frozenset(("elementwise", "reduction", "matmul", "index", "layout"))
 
 
 def fuse_elementwise(g: Graph, reductions=True) -> Graph:
@@ -111,6 +115,34 @@ class _Fuser:
                     stack.append(y)
         return False, reached
 
+    def _holds_longer(self, a, b):
+        """Would merging unit a into b keep more memory alive? The merged group runs at b's
+        place, so the arrays a reads that die there stay alive over every unit between a and
+        b instead of a's one result. With two or more such full-size arrays and other work in
+        between (a gradient summed over the steps of a loop, `acc + part_t`, each part made by
+        a matrix product), merging would hold one part per step until the end."""
+        pa, pb = self.pos[a], self.pos[b]
+        g = self.g
+        if pb - pa <= 1 or not any(x is not None and x not in self.sets and
+                                   OPS[g[x]["op"]].kind in _WORK for x in self.slots[pa + 1:pb]):
+            return False
+        size = _numel(g[a]["shape"])
+        if size * np.dtype(g[a]["dtype"]).itemsize < HOLD_BYTES:
+            return False
+        inside = set(self._members(a))
+        dying = 0
+        for m in inside:
+            for x in g.args(m):
+                # arguments stay alive anyway; broadcasts, views and constants hold no array
+                # of their own
+                if (x in inside or _numel(g[x]["shape"]) < size
+                        or OPS[g[x]["op"]].kind not in _WORK):
+                    continue
+                if all(self._root(w) == a or self.pos[self._root(w)] <= pa
+                       for w in self.users[x]):
+                    dying += 1
+        return dying >= 2
+
     def _place(self, a, b, merged, reached):
         """Keep the order topological after units a and b merged into `merged`: within the
         window from a to b, the units a reached move after it, the others before."""
@@ -140,6 +172,8 @@ class _Fuser:
                     continue
                 a, b = self.find(u), self.find(v)
                 if len(self.sets[a]) + len(self.sets[b]) > MAX_GROUP:
+                    continue
+                if self._holds_longer(a, b):
                     continue
                 cycle, reached = self._between(a, b)
                 if not cycle:
@@ -242,6 +276,10 @@ class _Fuser:
         assert [m[i] for i in g.inputs] == new.inputs
         new.outputs = [m[o] for o in g.outputs]
         return new
+
+
+def _numel(shape):
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def _is_scalar_const(g, n):

@@ -311,3 +311,102 @@ def test_lower_and_trace_take_keyword_only_configuration():
     gr = adjit.compile(lambda a, *, k=1.0: a * k, backend="numpy").trace(x, k=2.0)
     assert any(gr[n]["op"] == "const" and gr[n]["attrs"]["value"] == 2.0 for n in gr.nodes())
     assert len(adjit.trace(lambda a, n: a * n, x, 3, static_argnums=1).inputs) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_boolean_arithmetic_is_logical_in_kernels(backend):
+    x = np.linspace(-1.0, 1.0, 5000)     # large enough for a numba kernel
+    cases = [lambda a: ((a > 0) + (a < 0.5)).sum(), lambda a: (a * ((a > 0) + (a > 0.5))).sum(),
+             lambda a: ((a > 0) * (a < 0.5)).sum(), lambda a: np.cumsum((a > 0) + (a < 0.5)),
+             lambda a: ((a > 0) + True).sum(), lambda a: ((a > 0) + (a < 0.5)).mean()]
+    for fn in cases:
+        np.testing.assert_allclose(adjit.compile(fn, backend=backend)(x), fn(x), rtol=1e-12)
+    g = adjit.grad(lambda a: (a * ((a > 0) + (a > 0.5))).sum(), backend=backend)(x)
+    np.testing.assert_allclose(g, (x > 0).astype(float))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_rules_of_fmax_fmin_and_median(backend):
+    v = np.array([1.0, np.nan, 3.0, -np.inf, 2.0])
+    a = np.array([[1.0, np.nan, 3.0], [0.5, 2.0, 1.0]])
+    cases = [(lambda t: np.fmax(t, 2.0), v), (lambda t: np.fmin(t, 2.0), v),
+             (lambda t: np.fmax(t, t[::-1]), v), (lambda t: np.median(t), v),
+             (lambda t: np.median(t, axis=1), a), (lambda t: np.median(t, 0, keepdims=True), a)]
+    for fn, arg in cases:
+        np.testing.assert_array_equal(adjit.compile(fn, backend=backend)(arg), fn(arg))
+    y = np.array([1.0, 5.0, 3.0])
+    np.testing.assert_allclose(adjit.grad(lambda t: np.sum(np.fmax(t, 2.0)))(y), [0, 1, 1])
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")   # np.matrix's own
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_byte_orders_and_array_subclasses(backend):
+    x = np.arange(5000, dtype=">f8") / 100
+    f = lambda a: np.sum(np.exp(-a) * 2 + a)  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(f, backend=backend)(x), f(x), rtol=1e-12)
+    np.testing.assert_allclose(adjit.grad(lambda a: np.sum(a * a), backend=backend)(x), 2 * x)
+    with pytest.raises(adjit.TraceError, match="np.matrix.*@"):
+        adjit.compile(lambda m: m * m, backend=backend)(np.matrix([[1.0, 2.0], [3.0, 4.0]]))
+    with pytest.raises(adjit.TraceError, match="masked array"):
+        adjit.compile(lambda m: m * m, backend=backend)(np.ma.array([1.0, 2.0], mask=[0, 1]))
+
+
+def test_numba_runs_library_calls_as_numpy_code_unless_amortised():
+    """A float64 tanh in a kernel calls the C library per element; NumPy's loop is SIMD code:
+    such groups run as NumPy code, unless a dozen cheap ops share the call."""
+    x64 = RNG.normal(size=(300, 300))
+    lower = lambda f, x: adjit.compile(f, backend="numba").lower(x)  # noqa: E731
+    assert not lower(lambda a: np.tanh(a) * 2 + a, x64).kernels
+    assert lower(lambda a: np.tanh(a) * 2 + a, x64.astype(np.float32)).kernels
+    many = lambda a: (np.exp(a) + a * a * a + 2 * a * a - a / 3 + 1  # noqa: E731
+                      + np.abs(a) * np.maximum(a, 0.1) * a - a * 0.5 + a * a)
+    assert lower(many, x64).kernels
+    for f in (lambda a: np.tanh(a) * 2 + a, many):
+        np.testing.assert_allclose(adjit.compile(f, backend="numba")(x64), f(x64), rtol=1e-12)
+
+
+def test_a_python_int_argument_used_as_configuration_points_to_static_argnums():
+    a = np.ones((3, 4))
+    for fn, args in [(lambda x, axis: np.sum(x, axis=axis), (a, 1)),
+                     (lambda x, n: x.reshape(n, -1), (a, 3)), (lambda x, n: x[:n - 1], (a, 3))]:
+        with pytest.raises(adjit.TraceError, match=r"Python int.*static_argnums.*keyword-only"):
+            adjit.compile(fn, backend="numpy")(*args)
+    np.testing.assert_allclose(adjit.compile(lambda x, axis: np.sum(x, axis=axis),
+                                             static_argnums=1, backend="numpy")(a, 1), a.sum(1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_python_number_results_come_back_as_python_numbers(backend):
+    """A step counter t + 1 returned as a strong int64 array made 0.9 ** t float64 on the next
+    step, and float32 parameters float64 with it."""
+    def step(w, t, lr):
+        t = t + 1
+        g = adjit.grad(lambda v: np.sum(v ** 2))(w)
+        return w - lr * g * (1 - 0.9 ** t), t
+    c = adjit.compile(step, backend=backend)
+    w, t = np.ones(3, np.float32), 0
+    for k in range(3):
+        w, t = c(w, t, 0.1)
+        assert w.dtype == np.float32 and type(t) is int and t == k + 1
+    assert adjit.compile(lambda x: (x * 2, 0.5, 3), backend=backend)(np.ones(2))[1:] == (0.5, 3)
+
+
+def test_a_weight_read_at_every_step_holds_one_running_gradient():
+    """The gradient of W in an unrolled RNN was summed from T per-step parts at the end (fusion
+    had merged the running sum into one group), holding T full-size parts: T x H^2 bytes."""
+    H, T, B = 128, 40, 4
+    W = RNG.normal(size=(H, H)) * 0.05
+    xs = RNG.normal(size=(T, B, H))
+
+    def rnn(W, xs):
+        h = np.zeros((xs.shape[1], W.shape[0]))
+        hs = np.zeros((len(xs), xs.shape[1], W.shape[0]))
+        for t in range(len(xs)):
+            h = np.tanh(h @ W + xs[t])
+            hs[t] = h
+        return np.sum(hs ** 2)
+    f = adjit.value_and_grad(rnn, backend="numpy")
+    peak = f.lower(W, xs).memory.peak_bytes
+    assert peak < 8 * W.nbytes, peak          # was about T * W.nbytes
+    small = (W, xs[:6, :2])
+    assert adjit.gradcheck(rnn, *small) < 1e-6
