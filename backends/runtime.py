@@ -81,7 +81,11 @@ class Program:
     def run_flat(self, leaves):
         """Run on the flattened array leaves of the non-static arguments."""
         prep, fin = self._prepare, self._finish
-        outs = self.fn(*[prep(x) for x in leaves])
+        # no floating-point warnings, as in JAX: the backward's and the guarded branches'
+        # inf and nan are adjit's own (see the where trap in passes/autodiff.py), and a
+        # result's inf or nan is in the result
+        with np.errstate(all="ignore"):
+            outs = self.fn(*[prep(x) for x in leaves])
         if self._fresh or self._scalars:
             outs = list(outs)
             for i in self._fresh:

@@ -579,8 +579,16 @@ def vjp(fn, *primals, has_aux=False, **compile_options):
         return Compiled(traced, name=f"vjp_{_fn_name(fn)}", **compile_options)
 
     back = _cached("vjp" + ("_aux" if has_aux else ""), fn, make, compile_options)
-    vjp_fn = functools.partial(_call_vjp, back, tuple(primals))
+    # the pullback belongs to these primals: a copy, so that the caller updating them in
+    # place (or rebinding a dict entry) before calling vjp_fn does not move the point
+    vjp_fn = functools.partial(_call_vjp, back, _snapshot(tuple(primals)))
     return (out[0], vjp_fn, out[1]) if has_aux else (out, vjp_fn)
+
+
+def _snapshot(tree):
+    leaves, treedef, _ = pytree.flatten(tree)
+    return pytree.unflatten(treedef, [x.copy() if hasattr(x, "copy") and not isinstance(
+        x, Tracer) and not np.isscalar(x) else x for x in leaves])
 
 
 def _call_vjp(back, primals, cotangent):
@@ -834,7 +842,12 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
                     vals.append(float(np.asarray(pytree.flatten(out)[0][0])))
                 num[k] = (vals[0] - vals[1]) / (hi - lo)
             gx = np.asarray(gx, dtype=np.float64).reshape(-1)
-            err = np.abs(gx - num) / np.maximum(np.maximum(np.abs(gx), np.abs(num)), 1e-8)
+            with np.errstate(invalid="ignore"):
+                err = np.abs(gx - num) / np.maximum(np.maximum(np.abs(gx), np.abs(num)), 1e-8)
+            # a nan on one side only is an infinite error (max() would skip it); equal
+            # infinities and nan on both sides agree
+            err = np.where((gx == num) | (np.isnan(gx) & np.isnan(num)), 0.0, err)
+            err = np.where(np.isnan(err), np.inf, err)
             worst = max(worst, float(err.max()) if err.size else 0.0)
     return worst
 

@@ -470,8 +470,19 @@ def hypot(x, y):
     # dtype, so hypot(float32 array, 1.0) stays float32 and two int16 arrays give float32
     one = np.ones((), F.result_dtype(x, y))
     dt = np.hypot(one, one).dtype
+    if dt == np.float16:
+        # NumPy's float16 loop computes in float32 and rounds once
+        return _as_dtype(hypot(_as_dtype(x, np.float32), _as_dtype(y, np.float32)), dt)
     x, y = _as_dtype(x, dt), _as_dtype(y, dt)
-    return F.sqrt(F.add(F.mul(x, x), F.mul(y, y)))
+    # scaled, so that neither 1e200**2 overflows nor 1e-300**2 underflows: m sqrt(1 + r^2)
+    # with m = max(|x|, |y|), r = min / max; an infinite side wins over nan, as in C's hypot
+    ax, ay = F.abs(x), F.abs(y)
+    m, n = F.maximum(ax, ay), F.minimum(ax, ay)
+    zero = F.eq(m, 0)
+    r = F.div(F.where(zero, 0.0, n), F.where(zero, 1.0, m))
+    h = F.mul(m, F.sqrt(F.add(F.mul(r, r), 1.0)))
+    inf = logical_or(isinf(x), isinf(y))
+    return F.where(inf, F.full_like(h, np.inf), h)
 
 
 def _as_dtype(x, dt):
@@ -492,7 +503,10 @@ def cosh(x):
 
 
 def logaddexp(x, y):
-    return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(F.sub(x, y))))))
+    # equal arguments differ by 0, also when both are -inf or inf (where x - y is nan)
+    same = F.eq(x, y)
+    d = F.sub(F.where(same, 0.0, x), F.where(same, 0.0, y))
+    return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(d)))))
 
 
 def logaddexp2(x, y):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..ir.errors import ShapeError, UnsupportedError
 from . import functions as F
+from ..ir.ops import OPS
 from .tracer import Tracer, _at, user_where
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
@@ -173,6 +174,13 @@ def to_lower(s):
     # overwrite s while the view is still to be read (numpy backend, as of this change)
     upper = F.swap_last(_mask(s, 0.0))
     return F.add(F.mul(s, _mask(s, 1.0)), F.swap_last(F.mul(s, upper)))
+
+
+def cofactor(a):
+    """det(a) inv(a).T, finite for singular matrices too (the det's cotangent direction)."""
+    if not isinstance(a, Tracer):
+        return OPS["cofactor"].numpy(np.asarray(a))
+    return _emit("cofactor", [a])
 
 
 def inv_t(a):

@@ -83,6 +83,14 @@ class OpDef:
     #   for an op whose result is zeros elsewhere (unslice, the VJP of x[i]); read by
     #   passes/autodiff.py to place non-overlapping cotangent pieces side by side
     places: Callable | None = None
+    # the where trap, read by passes/autodiff.py: selects=True for an op whose VJP gives an
+    #   argument a cotangent that is exactly 0 where that argument was not selected (where);
+    #   guard=True for an op whose VJP may be inf or nan there although the cotangent is 0
+    #   (log at 0, exp past overflow, x / 0, sqrt of a negative): behind a selection, its
+    #   cotangents are kept 0 where the incoming one is, so np.where(x > 0, np.log(x), 0)
+    #   has finite gradients (JAX and PyTorch give nan)
+    selects: bool = False
+    guard: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -658,11 +666,52 @@ _register(OpDef(
     "np.linalg.solve({0}, {1})",
     flops=lambda out, ins, a: _cubes(2 / 3)(out, ins, a) + 2 * _numel(out) * ins[0][-1],
     doc="x with a @ x = b for a (..., n, n) and b (..., n, k) of the same batch shape"))
+def _cofactor(a):
+    """det(a) inv(a).T, also for singular matrices: with a = U diag(s) V^T it is
+    det(U) det(V) U diag(c) V^T, c_i the product of the other singular values (prefix times
+    suffix products, no division)."""
+    n = a.shape[-1]
+    if n == 0:
+        return np.zeros_like(a)
+    u, s, vt = np.linalg.svd(a)
+    ones = np.ones_like(s[..., :1])     # (the *_like forms also make CuPy arrays)
+    pre = np.cumprod(np.concatenate([ones, s[..., :-1]], -1), -1)
+    suf = np.cumprod(np.concatenate([ones, s[..., :0:-1]], -1), -1)[..., ::-1]
+    sign = np.linalg.det(u) * np.linalg.det(vt)
+    return (sign[..., None, None] * (u * (pre * suf)[..., None, :]) @ vt).astype(a.dtype)
+
+
+def _cofactor_vjp(g, out, a):
+    # out = d X with d = det(a), X = inv(a).T: <g, X> out - d X g^T X (this derivative needs
+    # inv(a): a second derivative at a singular matrix is not finite)
+    x = LA.inv_t(a)
+    d = LA.det(a)
+    first = LA.matrix_scale(LA.trace_of(g, x), out)
+    second = LA.matrix_scale(d, F.matmul(F.matmul(x, F.swap_last(g)), x))
+    return [F.sub(first, second)]
+
+
+_register(OpDef(
+    "cofactor", 1, "linalg", square_shape, first_dtype, _cofactor, _cofactor_vjp,
+    lambda t, out, a: _cofactor_vjp_jvp(t[0], out, a), None, flops=_cubes(4),
+    doc="the cofactor matrix det(a) inv(a).T of each (..., n, n) matrix, singular ones too"))
+
+
+def _cofactor_vjp_jvp(t, out, a):
+    # d(d X) = d tr(inv(a) t) X - d X t^T X
+    x = LA.inv_t(a)
+    d = LA.det(a)
+    first = LA.matrix_scale(LA.trace_of(x, t), out)
+    second = LA.matrix_scale(d, F.matmul(F.matmul(x, F.swap_last(t)), x))
+    return F.sub(first, second)
+
+
 _register(OpDef(
     "det", 1, "linalg", lambda s, a: tuple(square_shape(s, a)[:-2]), first_dtype,
     np.linalg.det,
-    lambda g, out, a: [LA.matrix_scale(F.mul(g, out), LA.inv_t(a))],
-    lambda t, out, a: F.mul(out, LA.trace_of(LA.inv_t(a), t[0])),
+    # the cofactor matrix, not det * inv(a).T: finite at singular matrices (as JAX)
+    lambda g, out, a: [LA.matrix_scale(g, LA.cofactor(a))],
+    lambda t, out, a: LA.trace_of(LA.cofactor(a), t[0]),
     "np.linalg.det({0})", flops=_cubes(2 / 3)))
 _register(OpDef(
     "slogdet", 1, "linalg", lambda s, a: tuple(square_shape(s, a)[:-2]), first_dtype,
@@ -816,6 +865,11 @@ def _cast_of_broadcast(emit, attrs, args):
 
 
 OPS["cast"].rewrite = _cast_of_broadcast
+OPS["where"].selects = True
+for _name in ("exp", "expm1", "log", "log1p", "sqrt", "div", "mul", "pow", "arcsin", "arccos",
+              "arctanh", "arccosh", "arctan2", "erf", "erfc"):
+    if _name in OPS:
+        OPS[_name].guard = True
 OPS["transpose"].noop = lambda a, shape, dtype: tuple(a["perm"]) == tuple(range(len(shape)))
 OPS["reshape"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)
 OPS["broadcast_to"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)

@@ -85,12 +85,16 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                                 f"OPS[{d['op']!r}] in ir/ops.py or stop the gradient there")
             # the op, not the node id: later passes renumber nodes, the op stays true
             w = d["where"].with_role(f"vjp of {d['op']}") if d["where"] else None
+            op = OPS[d["op"]]
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
+                masked = op.selects or (n in cot.masked and op.kind in _KEEPS_ZEROS)
+                if n in cot.masked and op.guard:
+                    gs = _guarded(cot[n], gs)
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga)
+                    cot.add(a, ga, masked)
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             if i in cot:
@@ -109,6 +113,18 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     return new
 
 
+# ops whose VJP maps a cotangent's zeros to zeros of the argument's cotangent (a matrix
+# product mixes them): a masked cotangent stays masked through these
+_KEEPS_ZEROS = frozenset(("elementwise", "reduction", "view", "layout", "index"))
+
+
+def _guarded(g, gs):
+    """The cotangents gs, 0 where the incoming cotangent g is (0 * inf would be nan)."""
+    zero = F.eq(g, 0)
+    return [None if ga is None else F.where(zero, F.zeros_like(ga), ga)
+            if tuple(ga.shape) == tuple(g.shape) else ga for ga in gs]
+
+
 class _Cotangents:
     """The cotangent of each node: its contributions (one per use), summed when first read,
     which is after every use has contributed (the sweep runs in reverse order).
@@ -120,12 +136,15 @@ class _Cotangents:
 
     def __init__(self, ctx, initial):
         self.ctx, self.parts, self.done = ctx, dict(initial), {}
+        self.masked = set()   # nodes whose cotangent is 0 where a where did not select them
 
     def __contains__(self, n):
         return n in self.done or n in self.parts
 
-    def add(self, n, t):
+    def add(self, n, t, masked=False):
         assert n not in self.done, "a cotangent was read before all its uses contributed"
+        if masked:
+            self.masked.add(n)
         parts = self.parts.setdefault(n, [])
         if self._dense(t):
             # summed as it arrives: a weight read at every step of a loop then holds one

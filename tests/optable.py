@@ -65,6 +65,11 @@ def _scatter(x):
     return F.scatter_add(x, [np.arange(3), _IDX], (("a", 0), ("a", 1)), (3, 4)) * 2.0
 
 
+def _cofactor(a):
+    from adjit.frontend import linalg
+    return linalg.cofactor(a)
+
+
 def _onehot(x):
     return adjit.one_hot(np.array([1, 3, 0]), 4, dtype=np.float64) * x
 
@@ -189,6 +194,8 @@ TABLE.update({
                          [((2, 3, 3), "invertible"), ((3, 2), "any")],
                          [((3, 3), "invertible"), ((2, 3, 2), "any")]]},
     "det": {"fn": np.linalg.det, "inputs": _SQUARE},
+    # reached through det's derivative; reached directly here
+    "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},
     "cholesky": {"fn": np.linalg.cholesky, "inputs": _SPD},
     "eigh": {"fn": _eigh, "inputs": _SPD},

@@ -74,7 +74,8 @@ CASES = {
     "divmod": (lambda x, y: np.divmod(x, y)[1] * 2 + divmod(x, 0.7)[1] + divmod(x, y)[0]
                + np.divmod(x, 0.4)[0], (B, POS)),
     # -- nan_to_num, select, piecewise
-    "nan_to_num": (lambda x: np.nan_to_num(x * np.array([1.0, np.nan, np.inf, -np.inf]))
+    "nan_to_num": (lambda x: np.nan_to_num(x * np.array([1.0, np.nan, np.inf, -np.inf]),
+                                           posinf=5.0, neginf=-5.0)
                    + np.nan_to_num(x / np.array([1.0, 0.0, 2.0, 0.0]), nan=0.5, posinf=9.0,
                                    neginf=-7.0), (POS[0],)),
     "select": (lambda x: np.select([x < -0.5, x > 0.5], [x ** 2, np.sin(x)], default=x * 3)

@@ -421,3 +421,63 @@ def test_a_weight_read_at_every_step_holds_one_running_gradient():
         dh = dz @ W.T
     np.testing.assert_allclose(v, sum(np.sum(x ** 2) for x in hs), rtol=1e-12)
     np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-12)
+
+
+def test_vjp_is_taken_at_the_primals_given_to_it():
+    x = np.array([0.1, 0.5, 0.9])
+    x0 = x.copy()
+    _, f = adjit.vjp(np.sin, x)
+    x += 1.0                        # the caller moves on before pulling back
+    np.testing.assert_allclose(f(np.ones(3))[0], np.cos(x0))
+    p = {"w": x0.copy()}
+    _, f = adjit.vjp(lambda q: np.sin(q["w"]), p)
+    p["w"] = p["w"] * 0
+    np.testing.assert_allclose(f(np.ones(3))[0]["w"], np.cos(x0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_where_trap_gives_finite_gradients(backend):
+    """np.where(x > 0, f(x), 0) with f infinite or nan where x <= 0: the unselected branch's
+    zero cotangent stays zero through f's derivative (JAX and PyTorch give nan)."""
+    import warnings
+    x = np.array([-1.0, 0.0, 4.0, 2.0])
+    cases = [(lambda a: np.sum(np.where(a > 0, np.sqrt(a), 0)), [0, 0, 0.25, 0.5 / np.sqrt(2)]),
+             (lambda a: np.sum(np.where(a > 0, a * np.log(a), 0)),
+              [0, 0, np.log(4) + 1, np.log(2) + 1]),
+             (lambda a: np.sum(np.where(a > 0, 1 / a, 0)), [0, 0, -1 / 16, -1 / 4]),
+             (lambda a: np.sum(np.where(a < 3, np.exp(a * 400), 0)),
+              [400 * np.exp(-400), 400, 0, 400 * np.exp(800)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # no floating-point warnings from the program
+        for fn, want in cases:
+            g = adjit.grad(fn, backend=backend)(x)
+            np.testing.assert_allclose(g, want, rtol=1e-12)
+    # scipy.special.logsumexp takes that path for its overflow fallback
+    sp = pytest.importorskip("scipy.special")
+    for v in (np.array([-1000.0, -999.0]), np.array([1000.0, 999.0])):
+        w = np.exp(v - v.max()) / np.sum(np.exp(v - v.max()))
+        np.testing.assert_allclose(adjit.grad(lambda a: sp.logsumexp(a), backend=backend)(v), w)
+
+
+def test_special_values_of_sigmoid_logaddexp_hypot_and_det():
+    z = np.array([-40.0, -25.0, -1.0, 0.0, 1.0, 30.0, 800.0, -800.0])
+    want = np.where(z >= 0, 1 / (1 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) /
+                    (1 + np.exp(-np.abs(z))))
+    np.testing.assert_allclose(adjit.compile(adjit.sigmoid, backend="numpy")(z), want,
+                               rtol=1e-15)
+    e = np.exp(-np.abs(z))
+    np.testing.assert_allclose(adjit.grad(lambda a: np.sum(adjit.sigmoid(a)))(z),
+                               e / (1 + e) ** 2, rtol=1e-12, atol=1e-300)
+    f = lambda a: -np.sum(np.log(adjit.sigmoid(a)))  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(f)(z[:2]), 65.0, rtol=1e-9)
+    x = np.array([-np.inf, np.inf, -np.inf, 1.0])
+    y = np.array([-np.inf, np.inf, 0.0, 1.0])
+    for fn in (np.logaddexp, np.logaddexp2):
+        np.testing.assert_array_equal(adjit.compile(fn, backend="numpy")(x, y), fn(x, y))
+    a = np.array([1e200, 1e-300, np.inf, 3.0, 0.0])
+    b = np.array([1.0, 1e-300, np.nan, 4.0, 0.0])
+    np.testing.assert_allclose(adjit.compile(np.hypot, backend="numpy")(a, b), np.hypot(a, b))
+    s = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]])     # singular
+    np.testing.assert_allclose(adjit.grad(np.linalg.det)(s),
+                               [[-2, -2, 2], [1, 1, -1], [0, 0, 0]], atol=1e-12)
+    np.testing.assert_allclose(adjit.grad(lambda m: np.linalg.det(m) ** 2)(s), 0, atol=1e-12)
