@@ -50,6 +50,10 @@ HELPERS = {
                 "    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);\n}",
     "_rt_tanh": "template <typename T> __host__ __device__ __forceinline__ T _rt_tanh(T x) {\n"
                 "    return tanh(x);\n}",
+    "_rt_sigmoid": "template <typename T> __host__ __device__ __forceinline__ T "
+                   "_rt_sigmoid(T x) {\n"
+                   "    T e = exp(x < T(0) ? x : T(-x));\n    T d = T(1) / (T(1) + e);\n"
+                   "    return x >= T(0) ? d : e * d;\n}",
     # np.maximum / np.minimum: a NaN in either argument is the result (C's max drops it)
     "_rt_maximum": "template <typename T> __host__ __device__ __forceinline__ T "
                    "_rt_maximum(T x, T y) {\n"

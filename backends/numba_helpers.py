@@ -67,4 +67,12 @@ def _tanh_impl(x):
     return lambda x: math.tanh(x)
 
 
-HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum")
+@numba.njit(inline="always", cache=True)
+def _rt_sigmoid(x):
+    # one exp of -|x| <= 0 (no overflow); for x < 0 the exact form exp(x) / (1 + exp(x))
+    e = math.exp(-abs(x))
+    d = 1 / (1 + e)
+    return d if x >= 0 else e * d
+
+
+HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid")

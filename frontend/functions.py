@@ -984,8 +984,7 @@ def relu(x):
 @_resolving
 def sigmoid(x):
     """1 / (1 + exp(-x)) without overflow and with full relative precision for x < 0, where
-    it is exp(x) / (1 + exp(x)): both forms read e = exp(-|x|) <= 1 (written with a where, so
-    the derivative at 0 is 1/4, not abs's 0).
+    it is exp(x) / (1 + exp(x)) (scipy.special.expit); the derivative is out (1 - out).
 
     >>> import numpy as np, adjit
     >>> float(adjit.sigmoid(np.array(0.0)))
@@ -993,12 +992,7 @@ def sigmoid(x):
     >>> float(adjit.sigmoid(np.array(-40.0)))
     4.248354255291589e-18
     """
-    if not isinstance(x, Tracer):
-        x = np.asarray(x)
-    pos = ge(x, 0)
-    e = exp(where(pos, neg(x), x))
-    d = div(1.0, add(e, 1.0))
-    return where(pos, d, mul(e, d))
+    return _elementwise("sigmoid", [x], float_only=True)
 
 
 @_resolving

@@ -352,6 +352,20 @@ def _erf_d(x):
     return F.mul(F.exp(F.neg(F.mul(x, x))), 2.0 / math.sqrt(math.pi))
 
 
+def _sigmoid(x):
+    """1 / (1 + exp(-x)), exact in relative terms for x < 0 too (exp(x) / (1 + exp(x)))."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    e = np.exp(-np.abs(x))
+    d = 1 + e
+    return np.where(x >= 0, 1 / d, e / d).astype(x.dtype, copy=False)
+
+
+# sigmoid' = out (1 - out) reuses the forward result, as tanh's does
+unary("sigmoid", _sigmoid, lambda g, out, x: [F.mul(g, F.mul(out, F.sub(1, out)))],
+      lambda t, out, x: F.mul(t[0], F.mul(out, F.sub(1, out))), None, "_rt_sigmoid({0})",
+      "_rt_sigmoid({0})", 8, doc="the logistic function (scipy.special.expit)")
 unary("erf", _special("erf"), lambda g, out, x: [F.mul(g, _erf_d(x))],
       lambda t, out, x: F.mul(t[0], _erf_d(x)), None, "math.erf({0})", "erf({0})", 20)
 unary("erfc", _special("erfc"), lambda g, out, x: [F.neg(F.mul(g, _erf_d(x)))],
@@ -879,6 +893,7 @@ SCALAR_HELPERS = {
     # scalar helpers the kernels' spellings refer to; defined once per backend
     "_rt_sign": "sign, NaN staying NaN",
     "_rt_tanh": "tanh (a backend may use a faster form where its dtype allows)",
+    "_rt_sigmoid": "1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0",
     "_rt_maximum": "maximum propagating NaN, as np.maximum",
     "_rt_minimum": "minimum propagating NaN, as np.minimum",
 }

@@ -88,13 +88,13 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             op = OPS[d["op"]]
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
-                masked = op.selects or (n in cot.masked and op.kind in _KEEPS_ZEROS)
+                masked = n in cot.masked and op.kind in _KEEPS_ZEROS
                 if n in cot.masked and op.guard:
                     gs = _guarded(cot[n], gs)
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga, masked)
+                    cot.add(a, ga, masked or (op.selects and _may_blow_up(g, a)))
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             if i in cot:
@@ -116,6 +116,24 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
 # ops whose VJP maps a cotangent's zeros to zeros of the argument's cotangent (a matrix
 # product mixes them): a masked cotangent stays masked through these
 _KEEPS_ZEROS = frozenset(("elementwise", "reduction", "view", "layout", "index"))
+
+
+def _may_blow_up(g, a, limit=64):
+    """Can where's branch a be inf or nan from finite inputs (a log, a division, an exp, ...
+    among the elementwise work that computes it)? Only then its cotangent is masked: a relu
+    written np.where(z > 0, z, 0) adds no guards to the backward."""
+    seen, todo = set(), [a]
+    while todo and len(seen) < limit:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        op = OPS[g[n]["op"]]
+        if op.guard and op.name != "mul":
+            return True
+        if op.kind in _KEEPS_ZEROS:
+            todo.extend(g.args(n))
+    return bool(todo)     # past the limit: assume it can
 
 
 def _guarded(g, gs):

@@ -92,6 +92,7 @@ TABLE = {
     "arcsinh": _u(np.arcsinh, "small"),
     "arccosh": _u(np.arccosh, "gt1"),
     "arctanh": _u(np.arctanh, "unit"),
+    "sigmoid": _u(adjit.sigmoid, "away0"),  # both branches (x < 0 and x >= 0)
     "erf": _u(adjit.erf, "small"),  # where erf' is not tiny: central differences resolve it
     "erfc": _u(adjit.erfc, "small"),
     "arctan2": _b(np.arctan2, "away0"),
