@@ -122,6 +122,11 @@ class Compiled:
             sub = cache[key] = self._rebuild(functools.partial(self.fn, **kw_only))
         return sub
 
+    def __get__(self, obj, objtype=None):
+        # a compiled method: the instance is its first argument (static_argnums=0 makes it
+        # static configuration; otherwise the error names `self` and says so)
+        return self if obj is None else functools.partial(self, obj)
+
     def __call__(self, *args, **kwargs):
         if kwargs:
             kw_only = _keyword_only(self.fn, kwargs)

@@ -58,6 +58,10 @@ def leaf_spec(leaf, what):
                     "may be arrays, numbers, and dicts, lists, tuples and namedtuples of them "
                     "(pass dataclasses.asdict(obj) or a namedtuple; a hashable configuration "
                     "object may be static).")
+            if what == "self":
+                hint += (" For a compiled method, static_argnums=0 makes the instance static: "
+                         "the arrays it holds are read at the first call, so pass parameters "
+                         "that change (trained weights) as arguments.")
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
                          f"only (pass other values as static arguments: static_argnums=...).{hint}")
     if a.dtype.kind == "c":

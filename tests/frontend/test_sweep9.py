@@ -482,3 +482,24 @@ def test_special_values_of_sigmoid_logaddexp_hypot_and_det():
     np.testing.assert_allclose(adjit.grad(np.linalg.det)(s),
                                [[-2, -2, 2], [1, 1, -1], [0, 0, 0]], atol=1e-12)
     np.testing.assert_allclose(adjit.grad(lambda m: np.linalg.det(m) ** 2)(s), 0, atol=1e-12)
+
+
+def test_compiled_methods():
+    import functools
+
+    class Model:
+        def __init__(self):
+            self.w = np.ones((3, 3))
+
+        @adjit.compile
+        def plain(self, a):
+            return self.w @ a
+
+        @functools.partial(adjit.compile, static_argnums=0)
+        def static(self, a):
+            return self.w @ a
+    m = Model()
+    np.testing.assert_allclose(m.static(np.ones(3)), [3.0, 3.0, 3.0])
+    np.testing.assert_allclose(Model.static(m, np.ones(3)), [3.0, 3.0, 3.0])
+    with pytest.raises(adjit.TraceError, match="argument self.*static_argnums=0"):
+        m.plain(np.ones(3))
