@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 import numpy as np
@@ -17,10 +18,17 @@ def type_str(shape, dtype) -> str:
     return f"{dt}[{','.join(str(d) for d in shape)}]"
 
 
+@functools.lru_cache(maxsize=4096)
+def _safe(s: str) -> str:
+    if s.isprintable():   # Python's printable: no Unicode Other or Separator but the space
+        return s
+    return "".join(c if unicodedata.category(c)[0] not in "CZ" or c == " " else
+                   repr(c)[1:-1] for c in s)
+
+
 def safe_text(s) -> str:
     """A user string made safe for a comment or a label: no line breaks or control chars."""
-    return "".join(c if unicodedata.category(c)[0] not in "CZ" or c == " " else
-                   repr(c)[1:-1] for c in str(s))
+    return _safe(str(s))
 
 
 def format_attrs(op, attrs) -> str:

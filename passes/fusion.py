@@ -20,6 +20,8 @@ from ..ir.ops import OPS
 # a group's size bound: each output node of a group lists all of the group's arguments, so
 # an unrolled loop of scalar steps fused into one group would cost outputs x arguments edges
 MAX_GROUP = 256
+# the cycle check between two units gives up (no merge) after visiting this many units
+SEARCH_LIMIT = 256
 # arrays smaller than this are not worth a separate group to free early (see _holds_longer)
 HOLD_BYTES = 1 << 16
 # the ops that allocate a new array (inputs, constants, views and broadcasts do not)
@@ -98,6 +100,8 @@ class _Fuser:
         whether a path leaves a and enters b through another unit; D are the units between
         them that a reaches (they must move after the merged unit)."""
         pb = self.pos[b]
+        if all(self._root(w) == b for m in self._members(a) for w in self.users[m]):
+            return False, []        # b is a's only reader: no path can leave and come back
         seen, stack, reached = {a, b}, [a], []
         while stack:
             x = stack.pop()
@@ -110,6 +114,11 @@ class _Fuser:
                         continue
                     if y in seen or self.pos[y] > pb:
                         continue
+                    if len(seen) > SEARCH_LIMIT:
+                        # far apart with much work between: do not merge (such a merge would
+                        # also keep a's arguments alive over that work); this bounds the
+                        # search, which made fusing long unrolled loops quadratic
+                        return True, None
                     seen.add(y)
                     reached.append(y)
                     stack.append(y)

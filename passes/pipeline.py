@@ -38,9 +38,12 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
     def scheduled(x):
         return schedule(x, order=x.meta.get("order"), scratch=scratch, **donate)
     steps.append(("schedule", scheduled))
-    for name, step in steps:
+    for i, (name, step) in enumerate(steps):
         g = step(g)
-        verify(g, name)
+        if debug >= 1 or i == len(steps) - 1:
+            # every pass's output when debugging; the scheduled graph always (each pass
+            # keeps the invariants, so a break shows there too, without naming the pass)
+            verify(g, name)
         if debug >= 2:
             print(f"-- after {name} --\n{g}\n")
     return g
