@@ -36,9 +36,22 @@ def _slice(x, ax, start, stop, step=None):
 
 
 # -- splitting and joining ---------------------------------------------------------------------
+def _sections(s):
+    """A number of sections as NumPy reads it (int(2.0) is 2), or the list of split points."""
+    if isinstance(s, Tracer):
+        raise UnsupportedError(f"splitting at traced positions{_at(user_where())}: the parts' "
+                               "shapes would depend on them")
+    if np.ndim(s) == 0:
+        if int(s) != s:
+            raise ShapeError(f"split: {s!r} sections is not a whole number{_at(user_where())}")
+        return int(s)
+    return s
+
+
 def array_split(x, indices_or_sections, axis=0):
     ax = _axis(axis, _nd(x), "array_split")
     n = _shape_of(x)[ax]
+    indices_or_sections = _sections(indices_or_sections)
     if isinstance(indices_or_sections, (int, np.integer)):
         k = int(indices_or_sections)
         if k <= 0:
@@ -52,6 +65,7 @@ def array_split(x, indices_or_sections, axis=0):
 
 
 def split(x, indices_or_sections, axis=0):
+    indices_or_sections = _sections(indices_or_sections)
     if isinstance(indices_or_sections, (int, np.integer)):
         n = _shape_of(x)[_axis(axis, _nd(x), "split")]
         if n % int(indices_or_sections):

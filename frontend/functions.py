@@ -486,19 +486,42 @@ def _full_slice(k):
 
 
 def traced_mask(x, key):
-    """The traced boolean mask when key is one (x[mask], x[mask, ...]), else None."""
+    """The traced boolean mask when key holds one (x[mask], x[mask, ...]), else None. With
+    other constant items beside it (x[m, 1], x[:, m]) the mask is widened to x's full shape:
+    the elements the whole key selects."""
     raw = key if isinstance(key, tuple) else (key,)
-    while raw and (raw[-1] is Ellipsis or _full_slice(raw[-1])):
-        raw = raw[:-1]
-    if len(raw) != 1:
+    raw = tuple(resolve(k) if isinstance(k, Buffer) else k for k in raw)
+    where_m = [i for i, k in enumerate(raw) if isinstance(k, Tracer) and k.dtype == np.bool_]
+    if not where_m:
         return None
-    m = resolve(raw[0]) if isinstance(raw[0], Buffer) else raw[0]
-    if not (isinstance(m, Tracer) and m.dtype == np.bool_):
-        return None
-    if m.shape != x.shape[:m.ndim]:
-        raise ShapeError(f"boolean index of shape {m.shape} does not match the array of shape "
-                         f"{x.shape}{_at(user_where())}")
-    return m
+    if len(where_m) > 1:
+        raise UnsupportedError(f"two traced boolean masks in one index{_at(user_where())}; "
+                               "combine them first (m1[:, None] & m2[None, :]) or use adjit.where")
+    i = where_m[0]
+    m = raw[i]
+    trimmed = raw
+    while trimmed and (trimmed[-1] is Ellipsis or _full_slice(trimmed[-1])):
+        trimmed = trimmed[:-1]
+    if len(trimmed) == 1:
+        if m.shape != x.shape[:m.ndim]:
+            raise ShapeError(f"boolean index of shape {m.shape} does not match the array of "
+                             f"shape {x.shape}{_at(user_where())}")
+        return m
+    others = raw[:i] + raw[i + 1:]
+    if any(k is None or isinstance(k, (Tracer, list, np.ndarray)) for k in others):
+        return None         # with index arrays or new axes: refused by the caller's checks
+    # the axes before the mask: each item takes one, an Ellipsis the rest
+    n_real = builtins.sum(1 for k in others if k is not Ellipsis) + m.ndim
+    before = 0
+    for k in raw[:i]:
+        before += (x.ndim - n_real) if k is Ellipsis else 1
+    if m.shape != tuple(x.shape[before:before + m.ndim]):
+        raise ShapeError(f"boolean index of shape {m.shape} does not match the axes of shape "
+                         f"{tuple(x.shape[before:before + m.ndim])} it indexes{_at(user_where())}")
+    grid = np.zeros(x.shape, bool)
+    grid[raw[:i] + (slice(None),) * m.ndim + raw[i + 1:]] = True
+    wide = reshape(m, (1,) * before + m.shape + (1,) * (x.ndim - before - m.ndim))
+    return where(broadcast_to(wide, x.shape), lift(grid, np.bool_, x.ctx), False)
 
 
 def advanced_key(x, key):
@@ -567,6 +590,8 @@ def _static_masks(key, shape):
             a = np.asarray(k)
             return a if a.dtype == np.bool_ else None
         return None
+    # a tuple inside the index is a list of positions, as in NumPy (x[(0, 1),] is x[[0, 1]])
+    key = tuple(list(k) if isinstance(k, tuple) else k for k in key)
     masks = [mask(k) for k in key]
     if all(m is None for m in masks):
         return key
@@ -875,12 +900,27 @@ def tile(x, reps):
 
 
 def repeat(x, repeats, axis=None):
-    if not isinstance(repeats, (int, np.integer)):
-        raise UnsupportedError(f"np.repeat with per-element counts{_at(user_where())}")
+    if isinstance(repeats, Tracer):
+        raise UnsupportedError(f"np.repeat with traced counts{_at(user_where())}: the result's "
+                               "shape would depend on them; the counts must be constants")
+    if np.ndim(repeats) == 0 and not isinstance(repeats, (int, np.integer)):
+        raise ShapeError(f"np.repeat: counts must be integers, got {repeats!r}"
+                         f"{_at(user_where())}")
     if axis is None:
         x, axis = ravel(x), 0
     shape = tuple(_shape_of(x))
     ax = _norm_axes((axis,), len(shape), "repeat")[0]
+    if np.ndim(repeats) > 0:
+        # per-element counts (constants): a gather of each index repeated
+        counts = np.asarray(repeats)
+        if counts.dtype.kind not in "iu" or counts.shape not in ((shape[ax],), (1,)) \
+                or (counts < 0).any():
+            raise ShapeError(f"np.repeat: counts {counts.tolist()!r} do not fit axis {ax} of "
+                             f"length {shape[ax]}{_at(user_where())}")
+        if counts.shape == (1,):
+            return repeat(x, int(counts[0]), ax)
+        idx = np.repeat(np.arange(shape[ax]), counts)
+        return getitem(x, (slice(None),) * ax + (idx,))
     inter = shape[:ax + 1] + (1,) + shape[ax + 1:]
     full = shape[:ax + 1] + (int(repeats),) + shape[ax + 1:]
     out = broadcast_to(reshape(x, inter), full)

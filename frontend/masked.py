@@ -105,7 +105,7 @@ Selection.__abs__ = lambda s: Selection(s.mask, abs(s.full))
 Selection.__hash__ = None
 
 
-def same_mask(a, b, depth=8) -> bool:
+def same_mask(a, b, depth=12) -> bool:
     """Do two boolean tracers compute the same thing (x > 0 written twice)?"""
     if a is b:
         return True

@@ -556,7 +556,9 @@ def _unsupported_other(what):
 
 def _np_name(func):
     mod = getattr(func, "__module__", "numpy") or "numpy"
-    return ("linalg." if "linalg" in mod else "") + func.__name__
+    sub = next((m for m in ("linalg", "fft", "random", "polynomial", "ma") if
+                m in mod.split(".")), None)
+    return (f"{sub}." if sub else "") + func.__name__
 
 
 @functools.lru_cache(maxsize=None)

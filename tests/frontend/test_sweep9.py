@@ -503,3 +503,47 @@ def test_compiled_methods():
     np.testing.assert_allclose(Model.static(m, np.ones(3)), [3.0, 3.0, 3.0])
     with pytest.raises(adjit.TraceError, match="argument self.*static_argnums=0"):
         m.plain(np.ones(3))
+
+
+def _masked_updates():
+    def one_column(a):
+        a = a.copy()
+        a[a[:, 0] > 0, 1] = 5.0
+        return a
+
+    def columns(a):
+        a = a.copy()
+        a[:, a[0] > 0] += 1.0
+        return a
+
+    def sliced(a):
+        a = a.copy()
+        a[1:, a[0] > 0] *= 2.0
+        return a
+
+    def through_f(a):
+        a = a.copy()
+        a[..., a[0] > 0] = np.exp(a[..., a[0] > 0])
+        return a
+    return [one_column, columns, sliced, through_f]
+
+
+@pytest.mark.parametrize("fn", _masked_updates(), ids=lambda f: f.__name__)
+def test_a_traced_mask_beside_constant_indices(fn):
+    x = np.array([[1.0, -2.0, 3.0], [-1.0, 5.0, 6.0], [2.0, 0.5, -3.0]])
+    np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(x), fn(x))
+    assert adjit.gradcheck(lambda a: np.sum(np.sin(fn(a))), x) < 1e-6
+
+
+def test_repeat_split_and_tuple_indices_as_numpy():
+    x = np.arange(4.0)
+    cases = [lambda a: np.repeat(a, [1, 0, 2, 3]), lambda a: np.repeat(a.reshape(2, 2), [2, 1], 1),
+             lambda a: a[(0, 1), ], lambda a: np.stack(np.split(a, 2.0))]
+    for fn in cases:
+        np.testing.assert_array_equal(adjit.compile(fn, backend="numpy")(x), fn(x))
+    np.testing.assert_allclose(adjit.grad(lambda a: np.sum(np.repeat(a, [1, 0, 2, 3]) ** 2))(x),
+                               [0, 0, 8, 18])
+    with pytest.raises(adjit.ShapeError, match="counts must be integers"):
+        adjit.compile(lambda a: np.repeat(a, 2.5), backend="numpy")(x)
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.fft\.rfft"):
+        adjit.compile(lambda a: np.fft.rfft(a), backend="numpy")(x)
