@@ -54,6 +54,38 @@ HELPERS = {
                    "_rt_sigmoid(T x) {\n"
                    "    T e = exp(x < T(0) ? x : T(-x));\n    T d = T(1) / (T(1) + e);\n"
                    "    return x >= T(0) ? d : e * d;\n}",
+    # ir/special.py's algorithm (reflection, recurrence to x >= 10 + 2n, asymptotic series)
+    "_rt_polygamma": """template <typename T> __host__ __device__ T _rt_polygamma(int n, T xt) {
+    const double B[7] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730,
+                         7.0 / 6};
+    double x = (double)xt;
+    if (x != x) return xt;
+    if (x <= 0 && x == floor(x)) {
+        if (n == 0) return (T)(x == 0 ? -HUGE_VAL : nan(""));
+        return (T)(n % 2 == 1 ? HUGE_VAL : -HUGE_VAL);
+    }
+    if (isinf(x)) return (T)(x > 0 ? (n == 0 ? HUGE_VAL : 0.0) : nan(""));
+    double res = 0.0;
+    if (n == 0 && x < 0) { res = -M_PI / tan(M_PI * x); x = 1.0 - x; }
+    double sign = (n % 2 == 1) ? 1.0 : -1.0, fact = 1.0;
+    for (int i = 2; i <= n; ++i) fact *= i;
+    double target = 10.0 + 2.0 * n;
+    while (x < target) { res += (n == 0) ? -1.0 / x : sign * fact / pow(x, n + 1); x += 1.0; }
+    if (n == 0) {
+        double r = log(x) - 0.5 / x, x2 = x * x, p = x2;
+        for (int k = 0; k < 7; ++k) { r -= B[k] / (2 * (k + 1) * p); p *= x2; }
+        return (T)(res + r);
+    }
+    double r = (fact / n) / pow(x, n) + fact / (2 * pow(x, n + 1));
+    double c = 1.0;
+    for (int i = 2; i <= n + 1; ++i) c *= i;
+    c /= 2;                                   /* (n+1)!/2! */
+    for (int k = 1; k <= 7; ++k) {
+        if (k > 1) c = c * (2 * k + n - 2) * (2 * k + n - 1) / ((2 * k - 1) * (2.0 * k));
+        r += B[k - 1] * c / pow(x, 2 * k + n);
+    }
+    return (T)(res + sign * r);
+}""",
     # np.maximum / np.minimum: a NaN in either argument is the result (C's max drops it)
     "_rt_maximum": "template <typename T> __host__ __device__ __forceinline__ T "
                    "_rt_maximum(T x, T y) {\n"
@@ -238,7 +270,9 @@ def _statements(prog):
                 "`cuda` entry in ir/ops.py or keep it out of fused groups")
         if opdef.arity is not None and len(ins.args) != opdef.arity:
             raise KernelSourceError(f"{ins.op} takes {opdef.arity} arguments, got {ins.args}")
-        expr = opdef.cuda.format(*[names[a] for a in ins.args], ctype=ctype(ins.dtype))
+        ints = {k: v for k, v in (ins.attrs or {}).items()
+                if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
+        expr = opdef.cuda.format(*[names[a] for a in ins.args], ctype=ctype(ins.dtype), **ints)
         var = _var(ins, j, used)
         lines.append(f"const {ctype(ins.dtype)} {var} = {expr};")
         names[j] = var

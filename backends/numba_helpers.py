@@ -75,4 +75,63 @@ def _rt_sigmoid(x):
     return d if x >= 0 else e * d
 
 
-HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid")
+_B2K = np.array([1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6])
+
+
+@numba.njit(inline="always", cache=True)
+def _rt_polygamma(n, x):
+    # ir/special.py's algorithm: reflection (digamma of x < 0), the upward recurrence to
+    # x >= 10 + 2n, then the asymptotic series; the poles as SciPy has them
+    xf = np.float64(x)
+    if xf != xf:
+        return xf
+    if xf <= 0 and xf == math.floor(xf):
+        if n == 0:
+            return -math.inf if xf == 0 else math.nan
+        return math.inf if n % 2 == 1 else -math.inf
+    if xf == math.inf:
+        return math.inf if n == 0 else 0.0
+    if xf == -math.inf:
+        return math.nan
+    res = 0.0
+    if n == 0 and xf < 0:
+        res = -math.pi / math.tan(math.pi * xf)
+        xf = 1.0 - xf
+    sign = 1.0 if n % 2 == 1 else -1.0
+    fact = 1.0
+    for i in range(2, n + 1):
+        fact *= i
+    target = 10.0 + 2.0 * n
+    while xf < target:
+        res += -1.0 / xf if n == 0 else sign * fact / xf ** (n + 1)
+        xf += 1.0
+    if n == 0:
+        r = math.log(xf) - 0.5 / xf
+        x2 = xf * xf
+        p = x2
+        for k in range(7):
+            r -= _B2K[k] / (2 * (k + 1) * p)
+            p *= x2
+        return res + r
+    f1 = fact / n                     # (n-1)!
+    r = f1 / xf ** n + fact / (2 * xf ** (n + 1))
+    c = fact                          # (2k + n - 1)! / (2k)! built up step by step
+    for k in range(1, 8):
+        # (2k+n-1)!/(2k)! from (2k+n-3)!/(2k-2)!
+        c = c * (2 * k + n - 2) * (2 * k + n - 1) / ((2 * k - 1) * (2 * k)) if k > 1 else \
+            _first_coeff(n)
+        r += _B2K[k - 1] * c / xf ** (2 * k + n)
+    return res + sign * r
+
+
+@numba.njit(inline="always", cache=True)
+def _first_coeff(n):
+    # (n + 1)! / 2! = (n + 1)! / 2
+    f = 1.0
+    for i in range(2, n + 2):
+        f *= i
+    return f / 2
+
+
+HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
+           "_rt_polygamma")

@@ -1047,6 +1047,23 @@ def erf(x):
     return _elementwise("erf", [x], float_only=True)
 
 
+def gammaln(x):
+    """log |Gamma(x)|, as scipy.special.gammaln (which adjit traces); its derivative is
+    digamma, polygamma(0, x)."""
+    return _elementwise("gammaln", [x], float_only=True)
+
+
+def polygamma(n, x):
+    """psi^(n)(x), the n-th derivative of digamma (n = 0: digamma), n a constant."""
+    if isinstance(n, Tracer) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise UnsupportedError(f"polygamma's order n must be a constant non-negative integer, "
+                               f"got {n!r}{_at(user_where())}")
+    if not isinstance(x, Tracer):
+        return OPS["polygamma"].numpy(np.asarray(x), int(n))
+    x = cast(x, x.dtype if x.dtype.kind == "f" else np.float64)
+    return x.ctx.emit("polygamma", [x], {"n": int(n)})
+
+
 @_resolving
 def erfc(x):
     """1 - erf(x), accurate where erf(x) is near 1 (as scipy.special.erfc).

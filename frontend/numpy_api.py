@@ -543,6 +543,9 @@ _SCIPY_SPECIAL = {
     "logit": lambda p: F.sub(F.log(p), F.log1p(F.neg(p))),
     "xlogy": _xlogy(F.log), "xlog1py": _xlogy(F.log1p),
     "erf": F.erf, "erfc": F.erfc, "entr": _entr, "rel_entr": _rel_entr,
+    "gammaln": F.gammaln, "digamma": lambda x: F.polygamma(0, x),
+    "psi": lambda x: F.polygamma(0, x),
+    "betaln": lambda a, b: F.sub(F.add(F.gammaln(a), F.gammaln(b)), F.gammaln(F.add(a, b))),
     # the standard normal CDF
     "ndtr": lambda x: F.mul(F.erfc(F.mul(x, -1.0 / math.sqrt(2.0))), 0.5),
 }

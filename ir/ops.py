@@ -371,6 +371,23 @@ unary("erf", _special("erf"), lambda g, out, x: [F.mul(g, _erf_d(x))],
 unary("erfc", _special("erfc"), lambda g, out, x: [F.neg(F.mul(g, _erf_d(x)))],
       lambda t, out, x: F.neg(F.mul(t[0], _erf_d(x))), None, "math.erfc({0})", "erfc({0})",
       20)
+# the log-gamma family (ir/special.py): gammaln' = digamma = polygamma(0, .), and
+# polygamma(n, .)' = polygamma(n + 1, .), so derivatives of every order exist
+def _polygamma(x, n):
+    return _SPECIAL_FNS.polygamma(x, n)
+
+
+unary("gammaln", lambda x: _SPECIAL_FNS.gammaln(x),
+      lambda g, out, x: [F.mul(g, F.polygamma(0, x))],
+      lambda t, out, x: F.mul(t[0], F.polygamma(0, x)), None, "math.lgamma({0})",
+      "lgamma({0})", 30, doc="log |Gamma(x)| (scipy.special.gammaln)")
+_register(OpDef(
+    "polygamma", 1, "elementwise", same_shape, first_dtype, _polygamma,
+    lambda g, out, x, n: [F.mul(g, F.polygamma(n + 1, x))],
+    lambda t, out, x, n: F.mul(t[0], F.polygamma(n + 1, x)), None,
+    "_rt_polygamma({n}, {0})", "_rt_polygamma({n}, {0})", lambda out, ins, a: 60 * _numel(out),
+    doc="the n-th derivative of digamma (n = 0: digamma), scipy.special.polygamma",
+    fusion="map"))
 unary("sign", np.sign, lambda g, out, x: [None], lambda t, out, x: None,
       "np.sign({0})", "_rt_sign({0})", "_rt_sign({0})", differentiable=False)
 unary("stop_gradient", np.positive, lambda g, out, x: [None], lambda t, out, x: None,
@@ -605,6 +622,7 @@ _register(OpDef(
 # Reverse-mode rules from Giles 2008, "An extended collection of matrix derivative results";
 # cholesky and eigh read only the lower triangle, as NumPy does, so their cotangents lie there.
 LA = _Lazy("adjit.frontend.linalg")
+_SPECIAL_FNS = _Lazy("adjit.ir.special")
 
 
 def square_shape(shapes, a):
@@ -894,6 +912,7 @@ SCALAR_HELPERS = {
     "_rt_sign": "sign, NaN staying NaN",
     "_rt_tanh": "tanh (a backend may use a faster form where its dtype allows)",
     "_rt_sigmoid": "1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0",
+    "_rt_polygamma": "psi^(n)(x) by recurrence and asymptotic series (ir/special.py)",
     "_rt_maximum": "maximum propagating NaN, as np.maximum",
     "_rt_minimum": "minimum propagating NaN, as np.minimum",
 }

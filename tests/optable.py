@@ -70,6 +70,15 @@ def _cofactor(a):
     return linalg.cofactor(a)
 
 
+def _gammaln(x):
+    return F.gammaln(x)
+
+
+def _digamma(x):
+    # polygamma 0 and 1 (digamma's derivative is trigamma: gradients reach n = 2)
+    return F.polygamma(0, x) + 0.5 * F.polygamma(1, x)
+
+
 def _onehot(x):
     return adjit.one_hot(np.array([1, 3, 0]), 4, dtype=np.float64) * x
 
@@ -93,6 +102,8 @@ TABLE = {
     "arccosh": _u(np.arccosh, "gt1"),
     "arctanh": _u(np.arctanh, "unit"),
     "sigmoid": _u(adjit.sigmoid, "away0"),  # both branches (x < 0 and x >= 0)
+    "gammaln": _u(_gammaln, "positive"),
+    "polygamma": _u(_digamma, "positive"),
     "erf": _u(adjit.erf, "small"),  # where erf' is not tiny: central differences resolve it
     "erfc": _u(adjit.erfc, "small"),
     "arctan2": _b(np.arctan2, "away0"),

@@ -547,3 +547,61 @@ def test_repeat_split_and_tuple_indices_as_numpy():
         adjit.compile(lambda a: np.repeat(a, 2.5), backend="numpy")(x)
     with pytest.raises(adjit.UnsupportedError, match=r"np\.fft\.rfft"):
         adjit.compile(lambda a: np.fft.rfft(a), backend="numpy")(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_log_gamma_family(backend):
+    """gammaln and polygamma (digamma, trigamma, ...) with derivatives of every order, from
+    SciPy where installed, else adjit's own series (ir/special.py), checked against known
+    values that need neither."""
+    import math
+
+    from adjit.frontend import functions as F
+    from adjit.ir.special import polygamma_numpy
+    euler = 0.5772156649015329
+    z = np.array([0.5, 1.0, 2.0, 7.25, 30.0, -0.5, -2.5])
+    np.testing.assert_allclose(polygamma_numpy(np.array([1.0, 0.5, 2.0]), 0),
+                               [-euler, -euler - 2 * math.log(2), 1 - euler], rtol=1e-14)
+    np.testing.assert_allclose(polygamma_numpy(np.array([1.0, 0.5]), 1),
+                               [math.pi ** 2 / 6, math.pi ** 2 / 2], rtol=1e-14)
+    np.testing.assert_allclose(polygamma_numpy(np.array([1.0]), 2), [-2 * 1.2020569031595942],
+                               rtol=1e-14)
+    assert list(polygamma_numpy(np.array([0.0, -1.0]), 0)[:1]) == [-np.inf]
+    lg = adjit.compile(lambda a: F.gammaln(a), backend=backend)(z)
+    np.testing.assert_allclose(lg, [math.lgamma(v) for v in z], rtol=1e-13)
+    # d/dx gammaln = digamma: against central differences of math.lgamma
+    g = adjit.grad(lambda a: np.sum(F.gammaln(a)), backend=backend)(z)
+    fd = [(math.lgamma(v + 1e-6) - math.lgamma(v - 1e-6)) / 2e-6 for v in z]
+    np.testing.assert_allclose(g, fd, rtol=1e-7)
+    h = adjit.hessian(lambda a: np.sum(F.gammaln(a)), backend=backend)(z[:3])
+    np.testing.assert_allclose(np.diag(h), polygamma_numpy(z[:3], 1), rtol=1e-12)
+    big = np.linspace(0.1, 40, 5000)         # a kernel on numba
+    np.testing.assert_allclose(adjit.compile(lambda a: F.polygamma(0, a), backend=backend)(big),
+                               polygamma_numpy(big, 0), rtol=1e-12, atol=1e-13)
+
+
+def test_scipy_log_gamma_functions_trace():
+    sp = pytest.importorskip("scipy.special")
+    alpha = np.array([0.5, 2.0, 3.5])
+    x = np.array([0.2, 0.3, 0.5])
+
+    def dirichlet_logpdf(a):
+        return sp.gammaln(np.sum(a)) - np.sum(sp.gammaln(a)) + np.sum((a - 1) * np.log(x))
+    np.testing.assert_allclose(adjit.grad(dirichlet_logpdf)(alpha),
+                               sp.digamma(alpha.sum()) - sp.digamma(alpha) + np.log(x))
+    f = lambda a: np.sum(sp.betaln(a, a[::-1]) + 0.3 * sp.psi(a))  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(f)(alpha), f(alpha), rtol=1e-13)
+    assert adjit.gradcheck(f, alpha) < 1e-6
+
+
+def test_the_log_gamma_family_without_scipy(monkeypatch):
+    import math
+
+    from adjit.frontend import functions as F
+    from adjit.ir import special
+    monkeypatch.setattr(special, "_SCIPY", {"gammaln": None, "polygamma": None})
+    z = np.array([0.5, 1.0, 7.25, -2.5, 0.0])
+    np.testing.assert_allclose(adjit.compile(lambda a: F.gammaln(a), backend="numpy")(z),
+                               [math.lgamma(v) if v else np.inf for v in z], rtol=1e-13)
+    g = adjit.grad(lambda a: np.sum(F.gammaln(a[:3])), backend="numpy")(z)
+    np.testing.assert_allclose(g[:3], special.polygamma_numpy(z[:3], 0), rtol=1e-13)
