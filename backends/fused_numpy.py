@@ -109,6 +109,9 @@ def numpy_group_plan(cg, run):
     target = {a["outputs"][k][0]: n for k, n in want.items() if a["outputs"][k][1] is None}
     val = [cg.arg(x) for x in in_nodes]          # source of every value so far
     full = [g[x]["shape"] == shape for x in in_nodes]
+    # the shape each value has in NumPy (broadcasts stay implicit, so a value computed from
+    # two broadcast operands, x[:, None] - y[None, :], can be full-size without either)
+    vshape = [tuple(g[x]["shape"]) for x in in_nodes]
     temps = set()                                # values held in `_t<j>` arrays, alive
     literals = set()                             # values written as scalar literals
     # arguments that die here (the schedule's `spare`): temporaries may overwrite them
@@ -127,28 +130,33 @@ def numpy_group_plan(cg, run):
         if r_j not in need:
             val.append(None)
             full.append(False)
+            vshape.append(())
         elif ins.op == "const":
             val.append(literal(ins.attrs["value"], types[r_j][1]))
             full.append(False)
+            vshape.append(())
             literals.add(r_j)
         elif OPS[ins.op].fusion == "broadcast":
             # NumPy broadcasts implicitly, with the same right-aligned rule as the IR
             val.append(val[ins.args[0]])
             full.append(False)
+            vshape.append(vshape[ins.args[0]])
         else:
+            own = tuple(np.broadcast_shapes(*[vshape[r] for r in ins.args]))
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
             reuse = [r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
                      and full[r] and types[r][1] == types[r_j][1]]
             into = cg.in_place.get(target.get(r_j))
             rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
-                                      types[r_j][1], any(full[r] for r in ins.args),
+                                      types[r_j][1], own == tuple(shape),
                                       r_j in target, val[reuse[0]] if reuse else None,
                                       into_code(cg, into),
                                       [r not in literals for r in ins.args])
             if into is not None:
                 held[r_j] = 0       # a donated argument's buffer: the schedule counts none
             elif new:
-                held[r_j] = full_bytes * types[r_j][1].itemsize if is_full else 0
+                size = full_bytes if is_full else int(np.prod(own, dtype=np.int64))
+                held[r_j] = size * types[r_j][1].itemsize if size > 1 else 0
                 live += held[r_j]
             else:
                 held[r_j] = held.pop(reuse[0], 0)
@@ -157,6 +165,7 @@ def numpy_group_plan(cg, run):
             lines.append(f"{name} = {rhs}")
             val.append(name)
             full.append(is_full)
+            vshape.append(tuple(shape) if is_full else own)
             if r_j not in target:
                 temps.add(r_j)
             dead = sorted({r for r in ins.args if r in temps and ends.get(r) == j})

@@ -141,7 +141,8 @@ def _op_kernels():
         for dt in ["float32", "float64"]:
             dts = [np.dtype(bool) if (name == "where" and k == 0) else np.dtype(dt)
                    for k in range(od.arity)]
-            attrs = {"shape": (2, 3)} if name == "broadcast_to" else {}
+            attrs = {"shape": (2, 3)} if name == "broadcast_to" else \
+                {"n": 2} if name == "polygamma" else {}
             progs.append(_one_op(f"{name}_{dt}", name, dts, attrs))
     kinds = ["float32", "float64", "int32", "int64", "bool", "uint8"]
     for src in kinds:
