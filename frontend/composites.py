@@ -39,8 +39,7 @@ def _slice(x, ax, start, stop, step=None):
 def _sections(s):
     """A number of sections as NumPy reads it (int(2.0) is 2), or the list of split points."""
     if isinstance(s, Tracer):
-        raise UnsupportedError(f"splitting at traced positions{_at(user_where())}: the parts' "
-                               "shapes would depend on them")
+        s._concrete("a number of sections or split positions (the parts' shapes)")
     if np.ndim(s) == 0:
         if int(s) != s:
             raise ShapeError(f"split: {s!r} sections is not a whole number{_at(user_where())}")
@@ -518,12 +517,16 @@ def cosh(x):
 
 def logaddexp(x, y):
     # equal arguments differ by 0, also when both are -inf or inf (where x - y is nan)
+    dt = F.result_dtype(x, y, 1.0)          # Python numbers stay weak: float32 stays float32
+    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
     same = F.eq(x, y)
     d = F.sub(F.where(same, 0.0, x), F.where(same, 0.0, y))
     return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(d)))))
 
 
 def logaddexp2(x, y):
+    dt = F.result_dtype(x, y, 1.0)
+    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
     ln2 = math.log(2.0)
     return F.div(logaddexp(F.mul(x, ln2), F.mul(y, ln2)), ln2)
 

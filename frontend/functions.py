@@ -901,8 +901,7 @@ def tile(x, reps):
 
 def repeat(x, repeats, axis=None):
     if isinstance(repeats, Tracer):
-        raise UnsupportedError(f"np.repeat with traced counts{_at(user_where())}: the result's "
-                               "shape would depend on them; the counts must be constants")
+        repeats._concrete("np.repeat's counts (the result's shape)")
     if np.ndim(repeats) == 0 and not isinstance(repeats, (int, np.integer)):
         raise ShapeError(f"np.repeat: counts must be integers, got {repeats!r}"
                          f"{_at(user_where())}")

@@ -894,6 +894,11 @@ def _pow(x, p):
 
 # -- assignment ---------------------------------------------------------------------------------
 def _writable(s):
+    if current() is None:
+        raise UnsupportedError(
+            f"assigning into an array traced inside a function, after its trace ended"
+            f"{_at(user_where())}: a traced value escaped (stored in an object or a global). "
+            "Return the values you need from the traced function and use those.")
     if current() is not s.ctx:
         raise UnsupportedError(
             f"assigning into an array of an enclosing traced function{_at(user_where())}: "

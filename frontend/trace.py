@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from ..ir.errors import AdjitError, GradError, TraceError, UnsupportedError
+from ..ir.errors import AdjitError, AdjitWarning, GradError, TraceError, UnsupportedError
 from ..ir.graph import Where
 from . import pytree
 from .buffer import resolve
@@ -112,11 +112,13 @@ def trace(fn, *args, static_argnums=()):
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
+        before = _containers(call_args, names)
         try:
             out = fn(*call_args)
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
             _name_the_library(e)
             raise
+        _warn_mutated(before, fn)
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs, weak_out = [], []
         from .functions import _is_weak
@@ -141,6 +143,46 @@ def trace(fn, *args, static_argnums=()):
                   weak_out=tuple(weak_out))
     name_assignments(g)
     return g
+
+
+def _containers(args, names):
+    """(path, container, snapshot) of every dict and list the traced function receives."""
+    found = []
+
+    def walk(t, path):
+        if isinstance(t, dict):
+            found.append((path, t, {k: id(v) for k, v in t.items()}))
+            for k, v in t.items():
+                walk(v, f"{path}[{k!r}]")
+        elif isinstance(t, list):
+            found.append((path, t, [id(v) for v in t]))
+            for i, v in enumerate(t):
+                walk(v, f"{path}[{i}]")
+        elif isinstance(t, tuple):
+            for i, v in enumerate(t):
+                walk(v, f"{path}[{i}]")
+    for a, name in zip(args, names):
+        walk(a, name)
+    return found
+
+
+def _warn_mutated(before, fn):
+    """A dict or list argument changed by the traced function (bn_param['running_mean'] =
+    ..., params[k] = new_w): NumPy would have changed the caller's container; a compiled
+    function cannot, so say so rather than drop the change silently."""
+    import warnings
+    for path, t, snap in before:
+        now = {k: id(v) for k, v in t.items()} if isinstance(t, dict) else [id(v) for v in t]
+        if now != snap:
+            from .tracer import user_where
+            w = user_where()
+            warnings.warn_explicit(
+                f"{getattr(fn, '__name__', 'the function')} changed its argument {path} (a "
+                f"{type(t).__name__}) while being traced; the caller's {type(t).__name__} is "
+                "not updated by a compiled function (as in JAX). Return the new values (for "
+                "running statistics or optimizer state) and assign them outside.",
+                AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
+            return
 
 
 _SCIPY_DIR = os.sep + "scipy" + os.sep

@@ -123,7 +123,14 @@ class TraceContext:
         attrs = attrs or {}
         opdef = OPS[op]
         stack = _stack()
-        if stack and stack[-1] is not self:
+        if not stack:
+            raise TraceError(
+                f"{'' if op == 'const' else op + ': '}an array traced inside a function was "
+                "used after that function's "
+                f"trace ended{_at(where or user_where())}; a traced value escaped (stored in "
+                "an object attribute, a global or a container). Return the values you need "
+                "from the traced function (has_aux=True for a gradient) and use those.")
+        if stack[-1] is not self:
             # an operation on a closed-over array of an enclosing trace (or on one that
             # escaped a finished trace): it belongs to the innermost trace, which captures
             # the array as an input, or refuses it below
@@ -412,7 +419,8 @@ class Tracer:
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.sum([a, b]) needs "
-                      "np.stack([a, b]) first; np.float64(x) or np.float32(x) of a traced "
+                      "np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
+                      "needs X @ W or np.dot(X, W); np.float64(x) or np.float32(x) of a traced "
                       "value is x.astype(np.float64); a NumPy array indexed by traced integers "
                       "(table[idx], np.take(table, idx) with the table a global or closure "
                       "value) needs the table passed as an argument or copied inside the "

@@ -36,3 +36,8 @@ class BudgetError(AdjitError):
 class OptionError(AdjitError, ValueError, TypeError):
     """A compile option has a value of the wrong kind or out of range (checkpoint=0,
     memory_budget="1MB"); the message names the option and what to pass."""
+
+
+class AdjitWarning(UserWarning):
+    """Something a compiled function does differently from NumPy's eager run, said rather
+    than done silently (an argument dict changed inside a traced function)."""

@@ -353,13 +353,24 @@ def _erf_d(x):
 
 
 def _sigmoid(x):
-    """1 / (1 + exp(-x)), exact in relative terms for x < 0 too (exp(x) / (1 + exp(x)))."""
+    """1 / (1 + exp(-x)), exact in relative terms for x < 0 too (exp(x) / (1 + exp(x))):
+    scipy.special.expit where SciPy is installed, else in place in NumPy."""
     x = np.asarray(x)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
+    if "expit" not in _SPECIAL:
+        try:
+            from scipy.special import expit
+            _SPECIAL["expit"] = expit
+        except ImportError:
+            _SPECIAL["expit"] = None
+    if _SPECIAL["expit"] is not None and type(x) is np.ndarray:
+        return np.asarray(_SPECIAL["expit"](x))
     e = np.exp(-np.abs(x))
-    d = 1 + e
-    return np.where(x >= 0, 1 / d, e / d).astype(x.dtype, copy=False)
+    r = np.add(e, 1)
+    np.divide(1, r, out=r)
+    np.multiply(r, e, out=r, where=x < 0)
+    return r
 
 
 # sigmoid' = out (1 - out) reuses the forward result, as tanh's does
@@ -897,7 +908,11 @@ def _cast_of_broadcast(emit, attrs, args):
 
 
 OPS["cast"].rewrite = _cast_of_broadcast
-OPS["where"].selects = True
+# ops whose VJP gives the positions they drop a cotangent of exactly 0: where's other
+# branch, a gather's or a slice's unread elements (x[i] = v overwrites through concatenate +
+# gather), the non-maximal elements of a max
+for _name in ("where", "gather", "slice", "max"):
+    OPS[_name].selects = True
 for _name in ("exp", "expm1", "log", "log1p", "sqrt", "div", "mul", "pow", "arcsin", "arccos",
               "arctanh", "arccosh", "arctan2", "erf", "erfc"):
     if _name in OPS:

@@ -131,6 +131,10 @@ def _may_blow_up(g, a, limit=64):
         op = OPS[g[n]["op"]]
         if op.guard and op.name != "mul":
             return True
+        if op.name == "const":
+            v = np.asarray(g[n]["attrs"]["value"])
+            if v.dtype.kind in "fc" and not np.isfinite(v).all():
+                return True      # x * [1, nan, inf] is nan or inf where x is finite
         if op.kind in _KEEPS_ZEROS:
             todo.extend(g.args(n))
     return bool(todo)     # past the limit: assume it can

@@ -605,3 +605,70 @@ def test_the_log_gamma_family_without_scipy(monkeypatch):
                                [math.lgamma(v) if v else np.inf for v in z], rtol=1e-13)
     g = adjit.grad(lambda a: np.sum(F.gammaln(a[:3])), backend="numpy")(z)
     np.testing.assert_allclose(g[:3], special.polygamma_numpy(z[:3], 0), rtol=1e-13)
+
+
+def test_escaped_tracers_and_mutated_argument_containers_are_reported():
+    class Layer:
+        def forward(self, x, w):
+            self.output = x @ w
+            return self.output
+    layer, x, w = Layer(), np.ones((2, 3)), np.ones((3, 2))
+    adjit.grad(lambda v: np.sum(layer.forward(x, v)), backend="numpy")(w)
+    with pytest.raises(adjit.TraceError, match="trace ended"):
+        np.argmax(layer.output, 1)
+
+    def bn(x, gamma, bn_param):
+        mu = x.mean(0)
+        bn_param["running_mean"] = 0.9 * bn_param["running_mean"] + 0.1 * mu
+        return np.sum(gamma * (x - mu) ** 2)
+    p = {"running_mean": np.zeros(3)}
+    with pytest.warns(adjit.AdjitWarning, match=r"bn_param.*not updated"):
+        adjit.grad(bn, argnums=1, backend="numpy")(np.arange(6.0).reshape(2, 3), np.ones(3), p)
+    with pytest.raises(adjit.TraceError, match="argument 'n'.*static_argnums"):
+        adjit.compile(lambda a, n: np.split(a, n), backend="numpy")(np.ones(4), 2)
+
+
+def test_overwritten_and_dropped_positions_keep_finite_gradients():
+    """sqrt(0) overwritten by x[0] = 1, np.fill_diagonal or dropped by a slice: the zero
+    cotangent stays zero through sqrt's derivative (the N-body energy's diagonal)."""
+    def s1(x):
+        r = np.sqrt(x)
+        r[0] = 1.0
+        return np.sum(r)
+
+    def s2(x):
+        r = np.sqrt(x)
+        np.fill_diagonal(r, 1.0)
+        return np.sum(r)
+    np.testing.assert_allclose(adjit.grad(s1)(np.array([0.0, 1.0, 4.0])), [0, 0.5, 0.25])
+    np.testing.assert_allclose(adjit.grad(s2)(np.array([[0.0, 1.0], [4.0, 0.0]])),
+                               [[0, 0.5], [0.25, 0]])
+    np.testing.assert_allclose(adjit.grad(lambda x: np.sum(np.sqrt(x)[1:]))(
+        np.array([0.0, 1.0, 4.0])), [0, 0.5, 0.25])
+
+    def nbody(pos, m):
+        d = pos[:, None, :] - pos[None, :, :]
+        r = np.sqrt((d ** 2).sum(-1))
+        np.fill_diagonal(r, 1.0)
+        e = m[:, None] * m[None] / r
+        e[np.diag_indices(len(m))] = 0
+        return -0.5 * e.sum()
+    pos = RNG.normal(size=(4, 3))
+    assert adjit.gradcheck(nbody, pos, np.ones(4)) < 1e-6
+
+
+def test_logaddexp_and_sigmoid_keep_float32():
+    f32 = np.array([0.1, 0.2, 0.3], np.float32)
+    for fn in (lambda x: np.logaddexp(x, 0.0), lambda x: np.logaddexp(0.0, x),
+               lambda x: np.logaddexp2(x, 1), adjit.sigmoid):
+        assert adjit.compile(fn, backend="numpy")(f32).dtype == np.float32
+
+
+def test_sigmoid_without_scipy(monkeypatch):
+    from adjit.ir import ops
+    monkeypatch.setitem(ops._SPECIAL, "expit", None)
+    x = np.array([-800.0, -40.0, -1.0, 0.0, 2.0, 800.0])
+    e = np.exp(-np.abs(x))
+    want = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    np.testing.assert_allclose(ops._sigmoid(x), want, rtol=1e-15)
+    assert ops._sigmoid(x.astype(np.float32)).dtype == np.float32
