@@ -155,7 +155,9 @@ def _analyze(g: Graph, scratch=None) -> _Analysis:
     inputs = set(g.inputs)
     data_dep = {}
     for k, n in enumerate(g.inputs):
-        data_dep[n] = params is None or k not in params
+        # integer inputs (labels, indices) are not data either: what depends on them alone
+        # (one-hot targets) is small and read at the end, like the parameters
+        data_dep[n] = (params is None or k not in params) and g[n]["dtype"].kind in "fc"
     for n in nodes:
         if n not in data_dep:
             data_dep[n] = any(data_dep[x] for x in g.args(n))
