@@ -366,8 +366,12 @@ def _user_args(fn, specs):
     if missing:
         raise ValueError(f"{fn.__name__}({', '.join(names)}) needs --arg for "
                          f"{', '.join(missing)}, e.g. --arg {missing[0]}=float32[128,784]")
-    used = [p for p in params if p.name in values]
-    return [values[p.name] for p in used], [p.name for p in used]
+    # up to the last parameter given: a skipped one keeps its default (the call is
+    # positional, so b=7 must not land in a)
+    last = max((i for i, p in enumerate(params) if p.name in values), default=-1)
+    used = params[:last + 1]
+    return [values[p.name] if p.name in values else p.default for p in used], \
+        [p.name for p in used]
 
 
 def _user_program(args):

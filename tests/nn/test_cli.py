@@ -262,3 +262,13 @@ def test_memory_bad_settings(capsys, argv, status, message):
     err = capsys.readouterr().err
     assert code == status and message in err and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_inspect_a_skipped_default_keeps_its_value(capsys, tmp_path):
+    """--arg b=7 for f(w, a=1.0, b=100.0): the call is positional, so a keeps its default."""
+    src = tmp_path / "f2.py"
+    src.write_text("import numpy as np\ndef f(w, a=1.0, b=100.0):\n    return np.sum(w * a) + b\n")
+    code, out, err = run(capsys, "inspect", f"{src}:f", "--arg", "w=float64[3]", "--arg", "b=7",
+                         "--show", "ir", "--backend", "numpy")
+    assert code == 0, err
+    assert "= input a" in out and "i64[] = input b" in out
