@@ -61,6 +61,16 @@ class History:
     steps: int = 0
 
 
+def _classes(model, y):
+    """The number of classes of a model's output: its last layer's width where the model
+    says (MLP.sizes); for another model the labels' own range (no upper check possible)."""
+    sizes = getattr(model, "sizes", None)
+    if sizes:
+        return sizes[-1]
+    y = np.asarray(y)
+    return int(y.max()) + 1 if y.size and y.dtype.kind in "iu" else 1
+
+
 class Trainer:
     """Compiles `train_step(params, state, X, y, lr) -> (loss, correct, params, state)` once.
 
@@ -120,7 +130,7 @@ class Trainer:
         y = np.asarray(y)
         value_targets = self.target_kind(y) != "classes" and not (
             self.loss_fn is softmax_cross_entropy and y.ndim == 1)   # float labels: say so
-        D.check_dataset(X, y, None if value_targets else self.model.sizes[-1], name=name)
+        D.check_dataset(X, y, None if value_targets else _classes(self.model, y), name=name)
 
     # -- the traced functions -------------------------------------------------------------
     def objective(self, params, X, y):
@@ -158,7 +168,7 @@ class Trainer:
         """One compiled training step on a batch; -> (loss, correct, params, state)."""
         if len(X) == 0:
             raise ShapeError("train step: the batch is empty (0 examples)")
-        if X.dtype != self.model.dtype:
+        if getattr(self.model, "dtype", None) is not None and X.dtype != self.model.dtype:
             # a float64 batch would promote the float32 parameters to float64 silently
             raise D.DataError(f"train step: the batch has dtype {X.dtype} but the model is "
                               f"{self.model.dtype}; convert it with "
@@ -175,7 +185,7 @@ class Trainer:
             return                       # on a device: fit checked the set before moving it
         kind = self.target_kind(y)
         if kind == "classes":
-            _check_labels(y, self.model.sizes[-1])
+            _check_labels(y, _classes(self.model, y))
         elif y.dtype.kind != "f" or (self.loss_fn is softmax_cross_entropy and y.ndim == 1):
             raise D.DataError(f"labels must be integers, got dtype {y.dtype}")
 
@@ -266,12 +276,14 @@ class Trainer:
         X = np.asarray(X)
         if X.dtype == np.uint8:
             X = D.to_float(X)
-        return X if X.dtype == self.model.dtype else X.astype(self.model.dtype)
+        dt = getattr(self.model, "dtype", None)
+        return X if dt is None or X.dtype == dt else X.astype(dt)
 
     def _targets_as_model_dtype(self, y):
         # float targets (mse, binary, probabilities) would promote a float32 loss to float64
         y = np.asarray(y)
-        return y.astype(self.model.dtype) if y.dtype.kind == "f" else y
+        dt = getattr(self.model, "dtype", None)
+        return y.astype(dt) if dt is not None and y.dtype.kind == "f" else y
 
     def _epoch(self, params, state, X, y, epoch, epochs, batch_size, seed, lr_schedule,
                progress):

@@ -692,3 +692,24 @@ def test_value_and_grad_of_a_one_hot_loss_checkpoints():
     v0, g0 = adjit.value_and_grad(ce, backend="numpy")(p, x, y)
     v1, g1 = adjit.value_and_grad(ce, backend="numpy", checkpoint="sqrt")(p, x, y)
     assert v0 == v1 and all(np.array_equal(g0[k], g1[k]) for k in g0)
+
+
+def test_trainer_takes_any_model_with_init_and_apply():
+    from adjit.nn import SGD, Trainer
+
+    class Linear:
+        def init(self, seed=0):
+            rng = np.random.default_rng(seed)
+            return {"W": (rng.normal(size=(4, 3)) * 0.1).astype(np.float32),
+                    "b": np.zeros(3, np.float32)}
+
+        def apply(self, p, x):
+            return x @ p["W"] + p["b"]
+    tr = Trainer(Linear(), SGD(0.1, backend="numpy"), backend="numpy")
+    params, state = tr.init(seed=0)
+    x = RNG.random((64, 4)).astype(np.float32)
+    y = RNG.integers(0, 3, 64)
+    loss0 = float(tr.step(params, state, x, y)[0])
+    params, state, history = tr.fit(params, state, x, y, epochs=3, batch_size=16,
+                                    progress=False, log=lambda *a: None)
+    assert history.train_loss[-1] < loss0
