@@ -317,7 +317,8 @@ def _promote(owner):
                                "(or .copy() it) first")
     shadow = _lifted(owner).copy_()
     np.ndarray.__setattr__(owner, "_shadow", shadow)
-    owner.view(np.ndarray)[...] = np.nan  # any read behind adjit's back shows NaN
+    if owner.dtype.kind in "fc":
+        owner.view(np.ndarray)[...] = np.nan  # any read behind adjit's back shows NaN
 
 
 def _positions(view, owner):
@@ -360,7 +361,7 @@ def making_buffers(orig):
         if orig.__name__ in ("full", "full_like") and len(args) > 1 and _holds_traced(args[1]):
             return _traced_full(orig.__name__, *args, **kwargs)
         r = orig(*args, **kwargs)
-        if (type(r) is np.ndarray and r.dtype.kind == "f" and current() is not None
+        if (type(r) is np.ndarray and r.dtype.kind in "biuf" and current() is not None
                 and _from_user()):
             return Buffer(r)
         return r

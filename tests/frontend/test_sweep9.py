@@ -713,3 +713,30 @@ def test_trainer_takes_any_model_with_init_and_apply():
     params, state, history = tr.fit(params, state, x, y, epochs=3, batch_size=16,
                                     progress=False, log=lambda *a: None)
     assert history.train_loss[-1] < loss0
+
+
+def test_arrays_computed_from_integer_arrays_made_inside_receive_traced_values():
+    x = np.arange(4.0) + 0.5
+
+    def a(v):
+        t = np.arange(4).astype(float)
+        t[2] = v[3]
+        return t
+
+    def b(v):
+        t = np.arange(4) / 4
+        t[0] = v[0]
+        return t
+
+    def c(v):
+        t = np.arange(4) * 1.5
+        t += v
+        return t
+
+    def d(v):
+        t = np.arange(4)          # an integer array: the write truncates, as in NumPy
+        t[1] = v[1]
+        return t * 1.0
+    for fn in (a, b, c, d):
+        np.testing.assert_array_equal(adjit.compile(fn, backend="numpy")(x), fn(x))
+    np.testing.assert_allclose(adjit.grad(lambda v: np.sum(c(v) ** 2))(x), 2 * c(x))
