@@ -176,7 +176,10 @@ def _compare(op, x, y):
         if any(_weak(v) and not np.can_cast(np.min_scalar_type(v), dt) for v in (x, y)):
             dt = np.dtype(np.float64)
     shape = _broadcast_shape(op, [_shape_of(x), _shape_of(y)])
-    return ctx.emit(op, [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
+    out = ctx.emit(op, [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
+    if shape == () and all(_is_weak(v) for v in (x, y)):
+        ctx.weak.add(out.id)   # t > 1 of a Python number is a Python bool
+    return out
 
 
 def gt(x, y): return _compare("gt", x, y)
@@ -212,7 +215,10 @@ def cast(x, dtype):
         return np.asarray(x).astype(dtype)
     if x.dtype == dtype:
         return x
-    return x.ctx.emit("cast", [x], {"dtype": dtype})
+    out = x.ctx.emit("cast", [x], {"dtype": dtype})
+    if x.shape == () and _is_weak(x):
+        x.ctx.weak.add(out.id)  # float(t) of a Python int stays a Python number
+    return out
 
 
 # -- layout -----------------------------------------------------------------------------------

@@ -814,6 +814,9 @@ def _forces_copy(copy) -> bool:
 def _accepting(orig):
     @functools.wraps(orig)
     def constructor(obj, *args, **kwargs):
+        if (orig.__name__ in ("asarray", "asanyarray") and isinstance(obj, B.Buffer)
+                and not args and set(kwargs) <= {"order"}):
+            return obj   # the same array, as np.asarray(ndarray): writes reach it
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
             if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind == "f"

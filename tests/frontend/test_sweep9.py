@@ -740,3 +740,17 @@ def test_arrays_computed_from_integer_arrays_made_inside_receive_traced_values()
     for fn in (a, b, c, d):
         np.testing.assert_array_equal(adjit.compile(fn, backend="numpy")(x), fn(x))
     np.testing.assert_allclose(adjit.grad(lambda v: np.sum(c(v) ** 2))(x), 2 * c(x))
+
+
+def test_more_python_number_results_and_asarray_of_a_buffer():
+    x32 = np.ones(3, np.float32)
+    assert adjit.compile(lambda w, t: (w, t > 1), backend="numpy")(x32, 2)[1] is True
+    r = adjit.compile(lambda w, t: (w, t ** 0.5), backend="numpy")(x32, 7)[1]
+    assert type(r) is float and abs(r - 7 ** 0.5) < 1e-15
+
+    def e(v):
+        a = np.ones(4)
+        b = np.asarray(a)     # the same array: the write reaches a
+        b += v
+        return a
+    np.testing.assert_array_equal(adjit.compile(e, backend="numpy")(np.arange(4.0)), e(np.arange(4.0)))
