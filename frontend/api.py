@@ -425,12 +425,19 @@ def grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     >>> adjit.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
+    return _transformation(grad, fn, argnums, static_argnums, compile_options,
+                           lambda static: _make_grad(fn, argnums, has_aux, static,
+                                                     compile_options), has_aux=has_aux)
+
+
+def _transformation(public, fn, argnums, static_argnums, compile_options, make, **flags):
+    """One Compiled per (transformation, function, options), made by make(static); keyword-
+    only arguments rebuild the transformation through `public` on a functools.partial."""
     static = _static(static_argnums, fn)
-    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-    c = _cached("grad", fn, lambda: _make_grad(fn, argnums, has_aux, static,
-                                               compile_options), key)
-    c._rebuild = lambda f: grad(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                                **compile_options)
+    key = dict(compile_options, argnums=argnums, static=static, **flags)
+    c = _cached(public.__name__, fn, lambda: make(static), key)
+    c._rebuild = lambda f: public(f, argnums, static_argnums=static_argnums, **flags,
+                                  **compile_options)
     return c
 
 
@@ -455,14 +462,11 @@ def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile
     >>> float(v), g
     (9.0, array([6.]))
     """
-    static = _static(static_argnums, fn)
-    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-    c = _cached("value_and_grad", fn, lambda: Compiled(
-        fn, _grad_traced(fn, argnums, has_aux, True, static), static_argnums=static,
-        name=f"value_and_grad_{_fn_name(fn)}", **compile_options), key)
-    c._rebuild = lambda f: value_and_grad(f, argnums, has_aux=has_aux,
-                                          static_argnums=static_argnums, **compile_options)
-    return c
+    return _transformation(value_and_grad, fn, argnums, static_argnums, compile_options,
+                           lambda static: Compiled(
+                               fn, _grad_traced(fn, argnums, has_aux, True, static),
+                               static_argnums=static, name=f"value_and_grad_{_fn_name(fn)}",
+                               **compile_options), has_aux=has_aux)
 
 
 def _static(s, fn=None):
@@ -652,13 +656,9 @@ def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_optio
     array([[2., 0.],
            [0., 4.]])
     """
-    static = _static(static_argnums, fn)
-    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-    c = _cached("jacobian", fn, lambda: _make_jacobian(fn, argnums, has_aux, static,
-                                                       compile_options), key)
-    c._rebuild = lambda f: jacobian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                                    **compile_options)
-    return c
+    return _transformation(jacobian, fn, argnums, static_argnums, compile_options,
+                           lambda static: _make_jacobian(fn, argnums, has_aux, static,
+                                                         compile_options), has_aux=has_aux)
 
 
 def _make_jacobian(fn, argnums, has_aux, static, compile_options):
@@ -745,18 +745,13 @@ def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_option
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    static = _static(static_argnums, fn)
-    key = dict(compile_options, argnums=argnums, has_aux=has_aux, static=static)
-
-    def make():
+    def make(static):
         inner = _make_jacobian(_make_grad(fn, argnums, has_aux, static, {}), argnums, has_aux,
                                static, {})
         return Compiled(fn, inner._traced, static_argnums=static,
                         name=f"hessian_{_fn_name(fn)}", **compile_options)
-    c = _cached("hessian", fn, make, key)
-    c._rebuild = lambda f: hessian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                                   **compile_options)
-    return c
+    return _transformation(hessian, fn, argnums, static_argnums, compile_options, make,
+                           has_aux=has_aux)
 
 
 def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
@@ -770,11 +765,8 @@ def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
     if "has_aux" in compile_options:
         raise OptionError("hvp takes no has_aux: pass a function that returns the loss alone "
                           "(functools.partial or a lambda that drops the aux value)")
-    static = _static(static_argnums, fn)
-    key = dict(compile_options, argnums=argnums, static=static)
-    c = _cached("hvp", fn, lambda: _make_hvp(fn, argnums, static, compile_options), key)
-    c._rebuild = lambda f: hvp(f, argnums, static_argnums=static_argnums, **compile_options)
-    return c
+    return _transformation(hvp, fn, argnums, static_argnums, compile_options,
+                           lambda static: _make_hvp(fn, argnums, static, compile_options))
 
 
 def _make_hvp(fn, argnums, static, compile_options):
