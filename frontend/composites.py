@@ -459,11 +459,20 @@ def nanmean(x, axis=None, keepdims=False):
 
 
 def nanmax(x, axis=None, keepdims=False):
-    return F.max(F.where(isnan(x), F.full_like(x, -math.inf), x), axis, keepdims)
+    return _nan_extreme(F.max, -math.inf, x, axis, keepdims)
 
 
 def nanmin(x, axis=None, keepdims=False):
-    return F.min(F.where(isnan(x), F.full_like(x, math.inf), x), axis, keepdims)
+    return _nan_extreme(F.min, math.inf, x, axis, keepdims)
+
+
+def _nan_extreme(op, fill, x, axis, keepdims):
+    """The max (min) ignoring NaN; a slice of NaN only is NaN, as in NumPy."""
+    nan = isnan(x)
+    r = op(F.where(nan, F.full_like(x, fill), x), axis, keepdims)
+    if F._dtype_of(x).kind != "f":
+        return r
+    return F.where(all_(nan, axis, keepdims), F.full_like(r, math.nan), r)
 
 
 def heaviside(x, h0):

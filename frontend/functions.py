@@ -137,7 +137,11 @@ def div(x, y): return _elementwise("div", [x, y], float_only=True)
 def power(x, y): return _elementwise("pow", [x, y])
 def maximum(x, y): return _elementwise("maximum", [x, y])
 def minimum(x, y): return _elementwise("minimum", [x, y])
-def neg(x): return _elementwise("neg", [x])
+def neg(x):
+    # -True of a Python bool is the int -1 (NumPy refuses - on boolean arrays)
+    if isinstance(x, Tracer) and x.dtype == np.bool_ and _is_weak(x):
+        x = cast(x, np.int64)
+    return _elementwise("neg", [x])
 def exp(x): return _elementwise("exp", [x], float_only=True)
 def expm1(x): return _elementwise("expm1", [x], float_only=True)
 def log(x): return _elementwise("log", [x], float_only=True)

@@ -640,8 +640,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     """np.linspace with traced start or stop: start + step * arange(num)."""
     div = (num - 1) if endpoint else num
     dt = np.dtype(dtype) if dtype is not None else F.result_dtype(start, stop, 1.0)
-    start, stop = F.cast(start, dt) if isinstance(start, Tracer) else start, \
-        F.cast(stop, dt) if isinstance(stop, Tracer) else stop
+    start, stop = (F.cast(v, dt) if isinstance(v, Tracer) else np.asarray(v, dt)
+                   for v in (start, stop))
     shape = F._broadcast_shape("linspace", [_shape_of(start), _shape_of(stop)])
     steps = np.arange(num, dtype=dt).reshape((-1,) + (1,) * len(shape))
     delta = F.sub(stop, start)

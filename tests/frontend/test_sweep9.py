@@ -754,3 +754,17 @@ def test_more_python_number_results_and_asarray_of_a_buffer():
         b += v
         return a
     np.testing.assert_array_equal(adjit.compile(e, backend="numpy")(np.arange(4.0)), e(np.arange(4.0)))
+
+
+def test_nan_extremes_bool_negation_and_linspace_dtype():
+    import warnings
+    a = np.array([[np.nan, np.nan], [1.0, np.nan]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # NumPy's all-NaN slice warning
+        for fn in (lambda v: np.nanmax(v, axis=1), lambda v: np.nanmin(v, axis=1)):
+            np.testing.assert_array_equal(adjit.compile(fn, backend="numpy")(a), fn(a))
+    np.testing.assert_array_equal(
+        adjit.compile(lambda v, t: v * (-t), backend="numpy")(np.ones(3, np.float32), True), -1)
+    f32 = np.array([0.5], np.float32)
+    assert adjit.compile(lambda v: np.linspace(v[0], 1.0, 3), backend="numpy")(f32).dtype == \
+        np.float32
