@@ -366,8 +366,8 @@ def _sigmoid(x):
             _SPECIAL["expit"] = None
     if _SPECIAL["expit"] is not None and type(x) is np.ndarray:
         return np.asarray(_SPECIAL["expit"](x))
-    e = np.exp(-np.abs(x))
-    r = np.add(e, 1)
+    e = np.asarray(np.exp(-np.abs(x)))
+    r = np.add(e, 1, out=np.empty_like(e))    # an array also for a 0-d x
     np.divide(1, r, out=r)
     np.multiply(r, e, out=r, where=x < 0)
     return r

@@ -672,6 +672,7 @@ def test_sigmoid_without_scipy(monkeypatch):
     want = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
     np.testing.assert_allclose(ops._sigmoid(x), want, rtol=1e-15)
     assert ops._sigmoid(x.astype(np.float32)).dtype == np.float32
+    assert float(ops._sigmoid(np.array(0.0))) == 0.5 and ops._sigmoid(np.array(-1.0)).shape == ()
 
 
 def test_value_and_grad_of_a_one_hot_loss_checkpoints():
