@@ -368,9 +368,9 @@ def _sigmoid(x):
         return np.asarray(_SPECIAL["expit"](x))
     e = np.asarray(np.exp(-np.abs(x)))
     r = np.add(e, 1, out=np.empty_like(e))    # an array also for a 0-d x
-    np.divide(1, r, out=r)
-    np.multiply(r, e, out=r, where=x < 0)
-    return r
+    num = np.ones_like(e)
+    np.copyto(num, e, where=x < 0)            # one division, as SciPy's: e / (1 + e) below 0
+    return np.divide(num, r, out=r)
 
 
 # sigmoid' = out (1 - out) reuses the forward result, as tanh's does

@@ -69,7 +69,21 @@ def test_gradcheck(name, k, fn, spec):
     def scalar(*a):
         return np.sum(fn(*a) * c)
     err = adjit.gradcheck(scalar, *xs, argnums=tuple(range(len(xs))), eps=1e-5)
-    assert err <= 1e-7
+    assert err <= _GRADCHECK_TOL.get(name, 1e-7)
+
+
+def _no_scipy():
+    try:
+        import scipy.special  # noqa: F401
+        return False
+    except ImportError:
+        return True
+
+
+# without SciPy, gammaln's values come from math.lgamma, whose last bits are not smooth
+# enough for central differences at 1e-7 (its derivative, digamma, is adjit's own series and
+# is checked against known values in tests/frontend/test_sweep9.py)
+_GRADCHECK_TOL = {"gammaln": 1e-6} if _no_scipy() else {}
 
 
 @pytest.mark.parametrize("name,k,fn,spec", CASES, ids=IDS)
