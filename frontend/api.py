@@ -797,7 +797,10 @@ def _make_hvp(fn, argnums, static, compile_options):
 
 def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
     """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient and
-    central differences, in float64. With has_aux, fn returns (loss, aux) as for grad.
+    central differences, in float64 (the seeds' formula). With has_aux, fn returns (loss,
+    aux) as for grad. Central differences carry a noise of about |f| 1e-16 / eps: an entry
+    of the gradient far smaller than that (a weight that barely moves the loss) reads as a
+    large relative error although it is right; compare such gradients another way.
 
     >>> import numpy as np, adjit
     >>> adjit.gradcheck(lambda x: np.sum(np.sin(x)), np.array([0.3, 1.2])) < 1e-8
