@@ -71,6 +71,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
         cot = _Cotangents(ctx, cot)
         wrt_ids = [g.inputs[p] for p in wrt]
         need = _relevant(g, wrt_ids, diff_ids)
+        blow = {}
         for n in reversed(g.nodes()):
             if n not in cot or n not in need or not g.args(n):
                 continue
@@ -94,7 +95,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga, masked or (op.selects and _may_blow_up(g, a)))
+                    cot.add(a, ga, masked or (op.selects and _may_blow_up(g, a, blow)))
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             if i in cot:
@@ -118,26 +119,21 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
 _KEEPS_ZEROS = frozenset(("elementwise", "reduction", "view", "layout", "index"))
 
 
-def _may_blow_up(g, a, limit=64):
+def _may_blow_up(g, a, memo):
     """Can where's branch a be inf or nan from finite inputs (a log, a division, an exp, ...
     among the elementwise work that computes it)? Only then its cotangent is masked: a relu
-    written np.where(z > 0, z, 0) adds no guards to the backward."""
-    seen, todo = set(), [a]
-    while todo and len(seen) < limit:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        op = OPS[g[n]["op"]]
-        if op.guard and op.name != "mul":
-            return True
-        if op.name == "const":
-            v = np.asarray(g[n]["attrs"]["value"])
-            if v.dtype.kind in "fc" and not np.isfinite(v).all():
-                return True      # x * [1, nan, inf] is nan or inf where x is finite
-        if op.kind in _KEEPS_ZEROS:
-            todo.extend(g.args(n))
-    return bool(todo)     # past the limit: assume it can
+    written np.where(z > 0, z, 0) adds no guards to the backward. One pass over g, in
+    topological order, answers for every node (memo: this sweep's dict, filled once)."""
+    if not memo:
+        for n in g.nodes():
+            op = OPS[g[n]["op"]]
+            own = op.guard and op.name != "mul"
+            if op.name == "const":
+                v = np.asarray(g[n]["attrs"]["value"])
+                # x * [1, nan, inf] is nan or inf where x is finite
+                own = v.dtype.kind in "fc" and not np.isfinite(v).all()
+            memo[n] = own or (op.kind in _KEEPS_ZEROS and any(memo[x] for x in g.args(n)))
+    return memo[a]
 
 
 def _guarded(g, gs):
