@@ -262,6 +262,11 @@ def name_assignments(g):
             g[n]["name"] = m.group(1)
 
 
+def _is_weak(t):
+    from .functions import _is_weak as weak
+    return weak(t)
+
+
 def replay(graph, inputs, role=None, env=None):
     """Emit graph's nodes into the current trace with `inputs` for its inputs.
 
@@ -283,6 +288,11 @@ def replay(graph, inputs, role=None, env=None):
         with where_override(w):
             env[n] = ctx.emit(d["op"], [env[a] for a in d["args"]], d["attrs"], where=w,
                               name=d["name"])
+        if d["shape"] == () and d["args"] and all(
+                _is_weak(env[a]) or graph[a]["op"] == "const" for a in d["args"]):
+            # arithmetic on Python-number arguments stays a Python number when a
+            # transformation replays it (the aux value t + 1 of grad(..., has_aux=True))
+            ctx.weak.add(env[n].id)
     return [env[o] for o in graph.outputs], env
 
 

@@ -769,3 +769,14 @@ def test_nan_extremes_bool_negation_and_linspace_dtype():
     f32 = np.array([0.5], np.float32)
     assert adjit.compile(lambda v: np.linspace(v[0], 1.0, 3), backend="numpy")(f32).dtype == \
         np.float32
+
+
+def test_python_number_results_through_transformations():
+    x32 = np.ones(3, np.float32)
+    assert adjit.grad(lambda w, t: (np.sum(w * t), t + 1), has_aux=True,
+                      backend="numpy")(x32, 1)[1] == 2
+    (_, aux), _ = adjit.value_and_grad(lambda w, t: (np.sum(w * t), t + 1), has_aux=True,
+                                       backend="numpy")(x32, 1)
+    assert type(aux) is int and aux == 2
+    assert type(adjit.jvp(lambda w, t: (w * t, t + 1), (x32, 1), (x32, 0.0),
+                          backend="numpy")[0][1]) is int
