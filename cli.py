@@ -40,8 +40,14 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _widths(text):
+    if not text.strip():
+        return []                       # no hidden layer: a linear model
+    parts = [s.strip() for s in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"an empty width in {text!r}: expected comma-separated "
+                                         "widths like 256,256")
     try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
+        sizes = [int(s) for s in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated widths like 256,256, "
                                          f"got {text!r}") from None

@@ -285,6 +285,8 @@ def _load_function(target):
     sys.path.insert(0, str(file.parent))  # so that the file's own imports work
     try:
         spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's file: reported in one line
+        raise ValueError(f"{path} could not be imported: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(file.parent))
     fn = getattr(module, name, None)

@@ -272,3 +272,14 @@ def test_inspect_a_skipped_default_keeps_its_value(capsys, tmp_path):
                          "--show", "ir", "--backend", "numpy")
     assert code == 0, err
     assert "= input a" in out and "i64[] = input b" in out
+
+
+def test_inspect_a_file_that_does_not_import_and_empty_widths(capsys, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x:\n    return x\n")
+    code, out, err = run(capsys, "inspect", f"{bad}:f", "--arg", "x=float64[3]")
+    assert code != 0 and "could not be imported: SyntaxError" in err
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit):
+        cli.main(["mnist", "--hidden", "256,,256"])
+    assert "an empty width" in capsys.readouterr().err
