@@ -708,18 +708,38 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
                        if k == which else np.zeros(d["shape"], d["dtype"]), d["dtype"], current())
                 for k, d in enumerate(ds)]
     reverse = n_out <= n_in
+
+    def sweeps(lin, n_primal):
+        """replay(lin, leaves + seeds) for each seed, re-emitting only the nodes that depend
+        on the seeds: the primal part is emitted once and shared."""
+        seed_ids = set(lin.inputs[n_primal:])
+        varying = set(seed_ids)
+        for n in lin.nodes():
+            if any(a in varying for a in lin.args(n)):
+                varying.add(n)
+        shared = None
+
+        def run(seeds):
+            nonlocal shared
+            outs_, env = replay(lin, leaves + seeds, env=shared)
+            if shared is None:
+                shared = {n: t for n, t in env.items() if n not in varying}
+            return outs_
+        return run
     if reverse:
         j = derive_adjoint(g, wrt, seed="inputs", outputs=list(range(n_main)))
+        run = sweeps(j, len(leaves))
         for k, d in enumerate(outs):
             for i in range(size(d)):
-                res = replay(j, leaves + basis(outs, k, i))[0][len(g.outputs):]
+                res = run(basis(outs, k, i))[len(g.outputs):]
                 for q in range(len(wrt)):
                     parts[k][q].append(F.reshape(res[q], (-1,)))
     else:
         t = derive_tangent(g, wrt)
+        run = sweeps(t, len(leaves))
         for q, d in enumerate(ins):
             for i in range(size(d)):
-                res = replay(t, leaves + basis(ins, q, i))[0][len(g.outputs):]
+                res = run(basis(ins, q, i))[len(g.outputs):]
                 for k in range(n_main):
                     parts[k][q].append(F.reshape(res[k], (-1,)))
     blocks = []
