@@ -14,6 +14,17 @@ from . import fused_numpy
 from .fused_numpy import numpy_group, same_group
 
 
+def _is_backward(g, n) -> bool:
+    """Is node n backward work only (every instruction of a fused group a vjp)?"""
+    d = g[n]
+    if d["where"] is None or not d["where"].role.startswith("vjp"):
+        return False
+    if d["op"] != "fused":
+        return True
+    return all(i.where is not None and i.where.role.startswith("vjp")
+               for i in d["attrs"]["expr"] if i.op not in ("const", "broadcast_to"))
+
+
 def _elided_broadcasts(g, sched):
     """broadcast_to nodes every consumer of which broadcasts implicitly the same way."""
     users = {}
@@ -96,7 +107,9 @@ class Codegen:
                 self.expr[n] = self.arg(d["args"][0])
                 continue
             role = d["where"].role if d["where"] is not None else ""
-            if role.startswith("vjp") and not in_backward:
+            if not in_backward and _is_backward(g, n):
+                # a fused group mixing the forward's last values with the backward's first
+                # is not backward (its comments say "vjp of" line by line)
                 body += ["", "# backward"]
                 in_backward = True
             if role.startswith("recompute") and role != recomputing:
