@@ -490,8 +490,7 @@ def copysign(x, y):
 def hypot(x, y):
     # np.hypot's loops are float only: promote (Python scalars weak), then take its loop's
     # dtype, so hypot(float32 array, 1.0) stays float32 and two int16 arrays give float32
-    one = np.ones((), F.result_dtype(x, y))
-    dt = np.hypot(one, one).dtype
+    dt = _loop_dtype(np.hypot, x, y)
     if dt == np.float16:
         # NumPy's float16 loop computes in float32 and rounds once
         return _as_dtype(hypot(_as_dtype(x, np.float32), _as_dtype(y, np.float32)), dt)
@@ -526,15 +525,22 @@ def cosh(x):
 
 def logaddexp(x, y):
     # equal arguments differ by 0, also when both are -inf or inf (where x - y is nan)
-    dt = F.result_dtype(x, y, 1.0)          # Python numbers stay weak: float32 stays float32
+    dt = _loop_dtype(np.logaddexp, x, y)    # Python numbers stay weak: float32 stays float32
     x, y = _as_dtype(x, dt), _as_dtype(y, dt)
     same = F.eq(x, y)
     d = F.sub(F.where(same, 0.0, x), F.where(same, 0.0, y))
     return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(d)))))
 
 
+def _loop_dtype(ufunc, *xs):
+    """The dtype NumPy's float-only ufunc computes in for these arguments (Python numbers
+    weak): int8 takes float16, float32 stays float32."""
+    one = np.ones((), F.result_dtype(*xs))
+    return ufunc(*[one] * len(xs)).dtype
+
+
 def logaddexp2(x, y):
-    dt = F.result_dtype(x, y, 1.0)
+    dt = _loop_dtype(np.logaddexp2, x, y)
     x, y = _as_dtype(x, dt), _as_dtype(y, dt)
     ln2 = math.log(2.0)
     return F.div(logaddexp(F.mul(x, ln2), F.mul(y, ln2)), ln2)
