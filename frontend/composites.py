@@ -239,7 +239,9 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
         while y.shape[-1] > 1:
             m = y.shape[-1]
             h = m // 2
-            p = F.mul(y[..., :h], y[..., h:2 * h])
+            # neighbours paired ((a b)(c d)), nearer NumPy's left-to-right order than halves
+            # ((a c)(b d)): [1e200, 1e-200, 1e200, 1e-200] gives 1, not inf * 0
+            p = F.mul(y[..., 0:2 * h:2], y[..., 1:2 * h:2])
             y = F.concatenate([p, y[..., 2 * h:]], -1) if m % 2 else p
         y = F.reshape(y, lead)
     if initial is not None:
