@@ -516,13 +516,25 @@ def cbrt(x):
     return F.mul(F.sign(x), F.power(F.abs(x), 1.0 / 3.0))
 
 
+# past |x| = 700 exp(x) / 2 is written exp(|x| - ln 2), which stays finite up to 710.47 as
+# NumPy's does (exp(x) alone overflows at 709.78); below, the usual forms keep full precision
+_BIG = 700.0
+
+
 def sinh(x):
     # expm1 keeps sinh's relative precision near 0, where exp(x) - exp(-x) cancels
-    return F.mul(F.sub(F.expm1(x), F.expm1(F.neg(x))), 0.5)
+    small = F.mul(F.sub(F.expm1(x), F.expm1(F.neg(x))), 0.5)
+    return F.where(F.lt(F.abs(x), _BIG), small, F.mul(F.sign(x), _half_exp(x)))
 
 
 def cosh(x):
-    return F.mul(F.add(F.exp(x), F.exp(F.neg(x))), 0.5)
+    small = F.mul(F.add(F.exp(x), F.exp(F.neg(x))), 0.5)
+    return F.where(F.lt(F.abs(x), _BIG), small, _half_exp(x))
+
+
+def _half_exp(x):
+    """exp(|x|) / 2 without overflowing first."""
+    return F.exp(F.sub(F.abs(x), math.log(2.0)))
 
 
 def logaddexp(x, y):
