@@ -344,7 +344,8 @@ def _view_value(view, owner):
 
 # -- the constructors that make Buffers while a trace is active ---------------------------------
 _MAKERS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
-           "full_like", "eye", "identity", "arange", "linspace", "logspace", "geomspace")
+           "full_like", "eye", "identity", "arange", "linspace", "logspace", "geomspace",
+           "copy")
 
 
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep

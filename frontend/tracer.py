@@ -444,7 +444,8 @@ class Tracer:
             advice = ("Python control flow on traced values cannot be compiled: use "
                       "adjit.where(cond, a, b) for an elementwise choice (np.maximum / "
                       "np.minimum instead of the builtins max / min), or make the argument "
-                      "static (static_argnums=...) if it is a configuration value.")
+                      "static (static_argnums=...) if it is a configuration value (a number "
+                      "or a string: an array cannot be static, so branch on it with np.where).")
         raise TraceError(f"{what} needs the value of a traced array, which is not known while "
                          f"tracing{_at(w)}. {advice}")
 

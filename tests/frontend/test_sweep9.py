@@ -780,3 +780,17 @@ def test_python_number_results_through_transformations():
     assert type(aux) is int and aux == 2
     assert type(adjit.jvp(lambda w, t: (w * t, t + 1), (x32, 1), (x32, 0.0),
                           backend="numpy")[0][1]) is int
+
+
+GLOBAL_TABLE = np.arange(4.0)
+
+
+def test_np_copy_of_an_outside_array_receives_traced_values():
+    def f(w):
+        y = np.copy(GLOBAL_TABLE)
+        y[0] = w[0]
+        return np.sum(y * w)
+    w = np.ones(4)
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(w), f(w))
+    np.testing.assert_allclose(adjit.grad(f, backend="numpy")(w), [2.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(GLOBAL_TABLE, np.arange(4.0))
