@@ -668,3 +668,22 @@ def _nan_aware(op, x, y):
     if F.result_dtype(x, y).kind not in "fc":
         return op(x, y)
     return F.where(C.isnan(y), x, F.where(C.isnan(x), y, op(x, y)))
+
+
+def searchsorted(a, v, side="left", sorter=None):
+    """np.searchsorted by counting: the insertion index of each v is the number of entries of
+    the sorted a below it (at or below it with side='right'). Integer results, no gradient;
+    a (len(a), ...) comparison array is made, fine for the sizes losses bin into."""
+    if side not in ("left", "right"):
+        raise ShapeError(f"np.searchsorted: side must be 'left' or 'right', got {side!r}"
+                         f"{_at(user_where())}")
+    if len(_shape_of(a)) != 1:
+        raise ShapeError(f"np.searchsorted needs a 1-D sorted array, got shape "
+                         f"{tuple(_shape_of(a))}{_at(user_where())}")
+    if sorter is not None:
+        a = F.getitem(a, (np.asarray(sorter) if not isinstance(sorter, Tracer) else sorter,))
+    vs = _shape_of(v)
+    col = F.reshape(v, tuple(vs) + (1,)) if isinstance(v, Tracer) else \
+        np.reshape(np.asarray(v), tuple(vs) + (1,))
+    below = (F.lt if side == "left" else F.le)(a, col)
+    return F.sum(F.cast(below, np.int64), axis=-1)

@@ -357,7 +357,7 @@ FUNCTIONS.update({
     np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: N.nan_to_num, np.select: N.select,
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
-    np.fix: N.fix, np.linspace: N.linspace, np.nanprod: N.nanprod, np.nancumsum: N.nancumsum,
+    np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted, np.nanprod: N.nanprod, np.nancumsum: N.nancumsum,
     np.nancumprod: N.nancumprod, np.broadcast_arrays: N.broadcast_arrays,
     np.diagflat: N.diagflat, np.delete: N.delete, np.insert: N.insert, np.block: N.block,
     np.nanmedian: S.refuse_nan_quantile("nanmedian", "median"),
@@ -723,6 +723,7 @@ def _install():
     T.take = lambda s, indices, axis=None, out=None, mode="raise": C.take(s, indices, axis, out,
                                                                           mode)
     T.ptp = lambda s, axis=None, keepdims=False: C.ptp(s, axis, keepdims)
+    T.searchsorted = lambda s, v, side="left", sorter=None: N.searchsorted(s, v, side, sorter)
     T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
     T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)
     T.argsort = lambda s, axis=-1, kind=None: F.argsort(s, axis)
