@@ -687,3 +687,19 @@ def searchsorted(a, v, side="left", sorter=None):
         np.reshape(np.asarray(v), tuple(vs) + (1,))
     below = (F.lt if side == "left" else F.le)(a, col)
     return F.sum(F.cast(below, np.int64), axis=-1)
+
+
+def unravel_index(indices, shape, order="C"):
+    """np.unravel_index for traced flat indices (np.unravel_index(np.argmax(x), x.shape)):
+    each coordinate is (i // stride) % size, in integers. The indices must lie inside the shape
+    (NumPy raises otherwise; traced values cannot be checked while tracing)."""
+    if order not in ("C", "F"):
+        raise ShapeError(f"np.unravel_index: order must be 'C' or 'F'{_at(user_where())}")
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    dims = range(len(shape)) if order == "C" else reversed(range(len(shape)))
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(list(dims)):
+        strides[i] = acc
+        acc *= shape[i]
+    idx = F.cast(indices, np.int64) if isinstance(indices, Tracer) else np.asarray(indices)
+    return tuple(remainder(floor_divide(idx, strides[i]), shape[i]) for i in range(len(shape)))

@@ -809,3 +809,14 @@ def test_searchsorted():
     np.testing.assert_array_equal(adjit.compile(lambda x: np.searchsorted(cum, x))(u),
                                   np.searchsorted(cum, u))
     np.testing.assert_array_equal(adjit.compile(lambda s: s.searchsorted(0.7))(a), 2)
+
+
+def test_unravel_index_of_an_argmax():
+    x = RNG.normal(size=(3, 4, 5))
+    for order in ("C", "F"):
+        f = lambda a: np.unravel_index(np.argmax(a), a.shape, order=order)  # noqa: E731
+        assert tuple(int(v) for v in adjit.compile(f, backend="numpy")(x)) == \
+            tuple(int(v) for v in f(x))
+    h = lambda a: a[np.unravel_index(np.argmax(a), a.shape)] * 2  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(h, backend="numpy")(x), h(x))
+    assert adjit.grad(h, backend="numpy")(x).sum() == 2.0
