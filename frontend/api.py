@@ -748,9 +748,11 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
         for q, di in enumerate(ins):
             shape = tuple(do["shape"]) + tuple(di["shape"])
             if not parts[k][q]:
-                row.append(F.zeros(shape, di["dtype"] if reverse else do["dtype"]))
+                row.append(F.zeros(shape, di["dtype"]))
             else:
-                row.append(F.reshape(F.stack(parts[k][q], 0 if reverse else 1), shape))
+                # the input's dtype in both modes, as jax.jacobian (reverse mode) gives
+                row.append(F.cast(F.reshape(F.stack(parts[k][q], 0 if reverse else 1), shape),
+                                  di["dtype"]))
         blocks.append(row)
     return blocks
 

@@ -820,3 +820,10 @@ def test_unravel_index_of_an_argmax():
     h = lambda a: a[np.unravel_index(np.argmax(a), a.shape)] * 2  # noqa: E731
     np.testing.assert_allclose(adjit.compile(h, backend="numpy")(x), h(x))
     assert adjit.grad(h, backend="numpy")(x).sum() == 2.0
+
+
+def test_jacobian_dtype_is_the_inputs_in_both_modes():
+    b32 = np.ones(2, np.float32)
+    assert adjit.jacobian(lambda w: np.outer(w.astype(np.float64), w))(b32).dtype == np.float32
+    assert adjit.jacobian(lambda w: np.sum(w.astype(np.float64) ** 2, axis=0,
+                                          keepdims=True))(b32).dtype == np.float32
