@@ -703,3 +703,19 @@ def unravel_index(indices, shape, order="C"):
         acc *= shape[i]
     idx = F.cast(indices, np.int64) if isinstance(indices, Tracer) else np.asarray(indices)
     return tuple(remainder(floor_divide(idx, strides[i]), shape[i]) for i in range(len(shape)))
+
+
+def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
+    """np.lib.stride_tricks.sliding_window_view as a gather: NumPy's own function applied to
+    the grid of flat positions gives, for each output element, the element of x it views;
+    overlapping windows then sum their cotangents. A copy (NumPy's is a read-only view)."""
+    if writeable:
+        raise UnsupportedError(f"sliding_window_view(..., writeable=True){_at(user_where())}: "
+                               "writes through overlapping windows cannot be traced")
+    shape = tuple(_shape_of(x))
+    grid = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    try:
+        pos = np.lib.stride_tricks.sliding_window_view(grid, window_shape, axis)
+    except ValueError as e:
+        raise ShapeError(f"sliding_window_view: {e}{_at(user_where())}") from None
+    return F.getitem(F.ravel(x), (np.ascontiguousarray(pos),))

@@ -827,3 +827,18 @@ def test_jacobian_dtype_is_the_inputs_in_both_modes():
     assert adjit.jacobian(lambda w: np.outer(w.astype(np.float64), w))(b32).dtype == np.float32
     assert adjit.jacobian(lambda w: np.sum(w.astype(np.float64) ** 2, axis=0,
                                           keepdims=True))(b32).dtype == np.float32
+
+
+def test_convolution_with_sliding_window_view():
+    from numpy.lib.stride_tricks import sliding_window_view as swv
+    x = RNG.normal(size=(1, 2, 5, 5))
+    k = RNG.normal(size=(3, 2, 3, 3))
+
+    def conv(a, w):
+        return np.einsum("bchwij,ocij->bohw", swv(a, (3, 3), axis=(2, 3)), w)
+    np.testing.assert_allclose(adjit.compile(conv, backend="numpy")(x, k), conv(x, k),
+                               rtol=1e-12, atol=1e-12)
+    assert adjit.gradcheck(lambda a, w: np.sum(np.sin(conv(a, w))), x, k, argnums=(0, 1)) < 1e-6
+    v = np.arange(6.0)
+    np.testing.assert_array_equal(adjit.compile(lambda a: swv(a, 3), backend="numpy")(v),
+                                  swv(v, 3))
