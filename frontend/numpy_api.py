@@ -359,6 +359,10 @@ FUNCTIONS.update({
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
     np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted,
     np.unravel_index: N.unravel_index,
+    # a full sort meets partition's contract (the k-th element in place, none larger before
+    # it): np.partition(x, k)[k] and sums of [:k] equal NumPy's, the order within may differ
+    np.partition: lambda a, kth, axis=-1, kind=None, order=None: C.sort(a, axis),
+    np.argpartition: lambda a, kth, axis=-1, kind=None, order=None: F.argsort(a, axis),
     np.lib.stride_tricks.sliding_window_view: N.sliding_window_view, np.nanprod: N.nanprod, np.nancumsum: N.nancumsum,
     np.nancumprod: N.nancumprod, np.broadcast_arrays: N.broadcast_arrays,
     np.diagflat: N.diagflat, np.delete: N.delete, np.insert: N.insert, np.block: N.block,

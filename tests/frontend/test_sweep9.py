@@ -842,3 +842,12 @@ def test_convolution_with_sliding_window_view():
     v = np.arange(6.0)
     np.testing.assert_array_equal(adjit.compile(lambda a: swv(a, 3), backend="numpy")(v),
                                   swv(v, 3))
+
+
+def test_partition_and_argpartition_meet_numpys_contract():
+    x = RNG.normal(size=(3, 7))
+    np.testing.assert_allclose(adjit.compile(lambda a: np.partition(a, 3, axis=1)[:, 3])(x),
+                               np.partition(x, 3, axis=1)[:, 3])
+    top = adjit.compile(lambda a: np.sort(a[0][np.argpartition(a[0], 2)[:2]]))(x)
+    np.testing.assert_allclose(top, np.sort(x[0][np.argpartition(x[0], 2)[:2]]))
+    assert adjit.grad(lambda a: np.partition(a, 3, axis=1)[:, :3].sum())(x).sum() == 9.0
