@@ -58,7 +58,13 @@ class Buffer(np.ndarray):
             return tv[key]
         if _holds_traced(key):
             return _lifted(self)[key]
-        return np.ndarray.__getitem__(self, key)
+        r = np.ndarray.__getitem__(self, key)
+        if isinstance(r, np.ndarray) and r.ndim and not np.may_share_memory(r, self) and \
+                not r.flags.c_contiguous:
+            # advanced indexing's copy (y[:, [1, 2]]) may come out in another order: a
+            # C-ordered one can receive traced values (y[:, [1, 2]] += v)
+            return Buffer(r)
+        return r
 
     def __iter__(self):
         # row by row through __getitem__, so rows taken before and after a traced write are

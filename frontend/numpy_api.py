@@ -21,7 +21,7 @@ from . import linalg as LA
 from . import numeric as N
 from . import statistics as S
 from . import decompositions as LD
-from .tracer import Tracer, _at, current, user_where
+from .tracer import _scalar, Tracer, _at, current, user_where
 
 _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
 
@@ -987,6 +987,10 @@ def _store_out(out, r, what):
 
 def _augmented(sym, fn):
     def op(s, o):
+        if _scalar(s):
+            # a NumPy scalar is immutable: acc += v rebinds acc, other names keep the old value
+            r = fn(s, o)
+            return r.copy_() if r is s else r
         return _store(s, fn(s, o), f"x {sym}= y")
     return op
 

@@ -159,12 +159,20 @@ class TraceContext:
             raise ShapeError(f"{op}: shapes {shown} do not fit{_at(where)}: {e}") from None
         nid = self.graph.add(op, [a.id for a in args], shape, dtype, attrs, name, where)
         out = Tracer(self, nid)
-        if opdef.alias is not None and args and not (
+        if opdef.alias is not None and args and not _scalar(args[0]) and not (
                 opdef.alias == "view-or-copy" and _copies(args[0], opdef, attrs)):
             # NumPy returns a view here: remember how it derives from the array that owns the
             # data, so assignments through either side are seen by the other (see Tracer)
             out.view_of(args[0], op, attrs, writable=opdef.alias != "read-only")
         return out
+
+
+def _scalar(t) -> bool:
+    """A 0-d tracer that is not a view stands for a NumPy scalar (np.sum(x), x[i] of a 1-D
+    array, Python-number arithmetic): immutable, so `acc += v` makes a new value and a
+    reshape of it is a copy. (0-d arrays made with np.zeros(()) or np.array(...) are Buffers,
+    which keep NumPy's in-place rules.)"""
+    return not t.shape and t.base is None
 
 
 def _copies(src, opdef, attrs) -> bool:

@@ -90,7 +90,10 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
                 masked = n in cot.masked and op.kind in _KEEPS_ZEROS
-                if n in cot.masked and op.guard:
+                if n in cot.masked and (op.guard or (op.kind == "elementwise"
+                                                     and op.name not in _LINEAR)):
+                    # any derivative evaluated where the unselected branch is inf or nan
+                    # (sin(log(0)): cos(-inf)) would turn the 0 into nan
                     gs = _guarded(cot[n], gs)
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
@@ -114,6 +117,8 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     return new
 
 
+# elementwise ops whose VJP passes the cotangent on unscaled (0 stays 0)
+_LINEAR = frozenset(("add", "sub", "neg", "where", "cast", "broadcast_to", "stop_gradient"))
 # ops whose VJP maps a cotangent's zeros to zeros of the argument's cotangent (a matrix
 # product mixes them): a masked cotangent stays masked through these
 _KEEPS_ZEROS = frozenset(("elementwise", "reduction", "view", "layout", "index"))

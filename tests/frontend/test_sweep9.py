@@ -851,3 +851,58 @@ def test_partition_and_argpartition_meet_numpys_contract():
     top = adjit.compile(lambda a: np.sort(a[0][np.argpartition(a[0], 2)[:2]]))(x)
     np.testing.assert_allclose(top, np.sort(x[0][np.argpartition(x[0], 2)[:2]]))
     assert adjit.grad(lambda a: np.partition(a, 3, axis=1)[:, :3].sum())(x).sum() == 9.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_augmented_assignment_to_a_scalar_rebinds_it(backend):
+    """NumPy scalars (np.sum(x), x[i], Python-number arithmetic) are immutable: acc += v
+    makes a new value, and names holding the old one keep it."""
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+
+    def running(a):
+        acc, hist = 0.0, []
+        for i in range(len(a)):
+            acc += a[i]
+            hist.append(acc)
+        return np.array(hist)
+
+    def reg(a):
+        loss = np.sum(a ** 2)
+        base = loss
+        loss += 0.1 * np.sum(np.abs(a))
+        return loss - base
+
+    def reshaped(a):
+        t = np.dot(a[:2], a[2:])
+        r = t.reshape(-1)
+        r[0] = 7.0
+        return t
+
+    def zero_d_array(a):
+        z = np.zeros(())       # a 0-d array: NumPy's += is in place, b sees it
+        b = z
+        z += a[0]
+        return b
+    for fn in (running, reg, reshaped, zero_d_array):
+        np.testing.assert_allclose(adjit.compile(fn, backend=backend)(x), fn(x), rtol=1e-12)
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_allclose(adjit.grad(lambda a: np.sum(running(a) * w), backend=backend)(x),
+                               [10.0, 9.0, 7.0, 4.0])
+
+
+def test_the_where_trap_through_any_elementwise_function():
+    x = np.array([-1.0, 0.0, 2.0])
+    for f in (np.sin, np.tanh, np.cos, np.abs, np.arctan, lambda v: np.log1p(np.abs(v))):
+        g = adjit.grad(lambda a: np.sum(np.where(a > 0, f(np.log(a)), 0)))(x)
+        assert np.all(np.isfinite(g)) and g[0] == 0 and g[1] == 0
+
+
+def test_augmented_assignment_through_advanced_indices_of_an_array_made_inside():
+    x = np.arange(8.0).reshape(2, 4)
+
+    def f(a):
+        y = np.zeros((2, 4))
+        y[:, [1, 2]] += a[:2, :2]
+        return y
+    np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
+    assert adjit.gradcheck(lambda a: np.sum(np.sin(f(a))), x) < 1e-6
