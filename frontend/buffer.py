@@ -183,7 +183,7 @@ def _made_here(r, inputs):
     from P = np.eye(2)) is made there too: a Buffer, which may receive traced values later.
     Results that share memory with an input (views) and those NumPy's own code asks for stay
     plain."""
-    if (type(r) is not np.ndarray or r.dtype.kind != "f" or current() is None
+    if (type(r) is not np.ndarray or r.dtype.kind not in "biuf" or current() is None
             or not _user_asked()):
         return r
     arrays = [x for x in _leaves(inputs) if isinstance(x, np.ndarray)]

@@ -46,7 +46,8 @@ class Selection:
                 if not same_mask(o.mask, self.mask):
                     self._refuse("combining selections made with different masks")
                 args.append(o.full)
-            elif isinstance(o, Tracer) or np.ndim(o) > 0:
+            elif (isinstance(o, Tracer) and o.ndim > 0) or (
+                    not isinstance(o, Tracer) and np.ndim(o) > 0):
                 self._refuse("combining x[mask] with an array")
             else:
                 args.append(o)

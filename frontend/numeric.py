@@ -686,6 +686,12 @@ def searchsorted(a, v, side="left", sorter=None):
     col = F.reshape(v, tuple(vs) + (1,)) if isinstance(v, Tracer) else \
         np.reshape(np.asarray(v), tuple(vs) + (1,))
     below = (F.lt if side == "left" else F.le)(a, col)
+    if F.result_dtype(a, col).kind == "f":
+        # NumPy sorts NaN last: a NaN query goes after every number (and, to the right,
+        # after the NaNs too)
+        nan_v = C.isnan(col)
+        past = nan_v if side == "right" else C.logical_and(nan_v, C.logical_not(C.isnan(a)))
+        below = C.logical_or(below, past)
     return F.sum(F.cast(below, np.int64), axis=-1)
 
 

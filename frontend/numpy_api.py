@@ -529,6 +529,9 @@ def _entr(x):
 def _rel_entr(x, y):
     """x log(x / y) for x, y > 0, 0 where x == 0 and y >= 0, inf elsewhere
     (scipy.special.rel_entr)"""
+    dt = F.result_dtype(x, y, 1.0)      # Python numbers weak: float32 stays float32
+    x, y = F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt), \
+        F.cast(y, dt) if isinstance(y, Tracer) else np.asarray(y, dt)
     ok = C.logical_and(F.gt(x, 0), F.gt(y, 0))
     sx, sy = F.where(ok, x, 1.0), F.where(ok, y, 1.0)
     zero = C.logical_and(F.eq(x, 0), F.ge(y, 0))

@@ -293,6 +293,9 @@ def replay(graph, inputs, role=None, env=None):
             # arithmetic on Python-number arguments stays a Python number when a
             # transformation replays it (the aux value t + 1 of grad(..., has_aux=True))
             ctx.weak.add(env[n].id)
+    for k in graph.meta.get("weak_out", ()):
+        # a Python-number result of the replayed function (a literal, k + 1 of a static k)
+        ctx.weak.add(env[graph.outputs[k]].id)
     return [env[o] for o in graph.outputs], env
 
 

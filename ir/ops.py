@@ -914,7 +914,7 @@ OPS["cast"].rewrite = _cast_of_broadcast
 for _name in ("where", "gather", "slice", "max"):
     OPS[_name].selects = True
 for _name in ("exp", "expm1", "log", "log1p", "sqrt", "div", "mul", "pow", "arcsin", "arccos",
-              "arctanh", "arccosh", "arctan2", "erf", "erfc"):
+              "arctanh", "arccosh", "arctan2", "erf", "erfc", "gammaln", "polygamma"):
     if _name in OPS:
         OPS[_name].guard = True
 OPS["transpose"].noop = lambda a, shape, dtype: tuple(a["perm"]) == tuple(range(len(shape)))

@@ -906,3 +906,31 @@ def test_augmented_assignment_through_advanced_indices_of_an_array_made_inside()
         return y
     np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
     assert adjit.gradcheck(lambda a: np.sum(np.sin(f(a))), x) < 1e-6
+
+
+def test_sweep11_final_items():
+    a = np.array([0.1, 0.5, 0.9])
+    v = np.array([0.0, 0.6, 1.0, np.nan])
+    for side in ("left", "right"):
+        f = lambda s, u: np.searchsorted(s, u, side=side)  # noqa: E731
+        np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(a, v), f(a, v))
+    x = np.array([700.0, 705.0, 710.4, -702.0])
+    for fn in (np.cosh, np.sinh):
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(x), fn(x), rtol=1e-15)
+    big = np.array([[1.0, -2.0], [3.0, 4.0]])
+    z = np.array([2.0, 3.0])
+
+    def masked_add(m, t):
+        m = m.copy()
+        m[m > 0] += t[0]
+        return m
+    np.testing.assert_array_equal(adjit.compile(masked_add, backend="numpy")(big, z),
+                                  masked_add(big, z))
+
+    def two_steps(t):
+        c = np.arange(4) * 3 / 2       # int array made inside, then two float steps
+        c[0] = t[0]
+        return c
+    np.testing.assert_array_equal(adjit.compile(two_steps, backend="numpy")(z), two_steps(z))
+    aux = adjit.grad(lambda w, *, k: (np.sum(w), k + 1), has_aux=True, backend="numpy")(z, k=2)[1]
+    assert aux == 3 and type(aux) is int
