@@ -249,6 +249,10 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
     return F.reshape(y, out_shape)
 
 
+# axes up to this length take NumPy's left-to-right order; longer ones the doubling scan
+_SEQUENTIAL = 32
+
+
 def cumprod(x, axis=None, dtype=None):
     """Running product by doubling strides (log n products; exact gradients at zeros)."""
     if not isinstance(x, Tracer):
@@ -261,6 +265,13 @@ def cumprod(x, axis=None, dtype=None):
         x = F.cast(x, F.accumulator(x.dtype))
     ax = _axis(axis, x.ndim, "cumprod")
     n, k = x.shape[ax], 1
+    if 0 < n <= _SEQUENTIAL:
+        # left to right as NumPy multiplies: the same roundings, so the same under- and
+        # overflows ([1e-200, 1e-200, 1e200, 1e200] gives 0s, where the doubling gives inf * 0)
+        parts = [_slice(x, ax, 0, 1)]
+        for i in range(1, n):
+            parts.append(F.mul(parts[-1], _slice(x, ax, i, i + 1)))
+        return F.concatenate(parts, ax) if n > 1 else parts[0]
     while k < n:
         head = _slice(x, ax, 0, k)
         x = F.mul(x, F.concatenate([F.ones_like(head), _slice(x, ax, 0, n - k)], ax))

@@ -934,3 +934,13 @@ def test_sweep11_final_items():
     np.testing.assert_array_equal(adjit.compile(two_steps, backend="numpy")(z), two_steps(z))
     aux = adjit.grad(lambda w, *, k: (np.sum(w), k + 1), has_aux=True, backend="numpy")(z, k=2)[1]
     assert aux == 3 and type(aux) is int
+
+
+def test_cumprod_multiplies_left_to_right_as_numpy():
+    x = np.array([1e-200, 1e-200, 1e200, 1e200])
+    np.testing.assert_array_equal(adjit.compile(np.cumprod, backend="numpy")(x), np.cumprod(x))
+    y = RNG.normal(size=(3, 5))
+    y[1, 2] = 0.0
+    np.testing.assert_array_equal(adjit.compile(lambda a: np.cumprod(a, axis=1))(y),
+                                  np.cumprod(y, axis=1))
+    assert adjit.gradcheck(lambda a: np.sum(np.cumprod(a, axis=1) * np.arange(5.0)), y) < 1e-6
