@@ -104,8 +104,11 @@ _MODULES = {}
 
 def cache_dir() -> str:
     """Where kernel sources (and numba's compiled objects, in __pycache__) are kept:
-    $ADJIT_CACHE_DIR, else $XDG_CACHE_HOME/adjit/numba, else ~/.cache/adjit/numba."""
+    $ADJIT_CACHE_DIR, else $ADJIT_CACHE/numba (the data sets' cache, nn/data.py), else
+    $XDG_CACHE_HOME/adjit/numba, else ~/.cache/adjit/numba."""
     d = os.environ.get("ADJIT_CACHE_DIR")
+    if not d and os.environ.get("ADJIT_CACHE"):
+        d = os.path.join(os.path.expanduser(os.environ["ADJIT_CACHE"]), "numba")
     if not d:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "adjit", "numba")
