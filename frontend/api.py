@@ -129,11 +129,9 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         if kwargs:
-            kw_only = _keyword_only(self.fn, kwargs)
-            if kw_only:
-                return self._with_keywords(kw_only)(
-                    *args, **{k: v for k, v in kwargs.items() if k not in kw_only})
-            args = bind_keywords(self.fn, self.__name__, args, kwargs)
+            owner, args = self._keywords(args, kwargs)
+            if owner is not self:
+                return owner(*args)
         key, leaves = self._flatten(args)
         if current() is not None or any(isinstance(x, Tracer) for x in leaves):
             # inside a trace (traced arguments, or concrete ones while tracing an enclosing

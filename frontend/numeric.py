@@ -611,9 +611,9 @@ def block(arrays):
     d = depth(arrays)
 
     def ndim(a):
-        return builtins_max(len(_shape_of(x)) for x in _flat(a))
+        return max(len(_shape_of(x)) for x in _flat(a))
 
-    nd = builtins_max(d, ndim(arrays))
+    nd = max(d, ndim(arrays))
 
     def go(a, level):
         if not isinstance(a, list):
@@ -632,8 +632,6 @@ def _flat(a):
     else:
         yield a
 
-
-builtins_max = max
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):

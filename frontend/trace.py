@@ -15,7 +15,8 @@ from ..ir.errors import AdjitError, AdjitWarning, GradError, TraceError, Unsuppo
 from ..ir.graph import Where
 from . import pytree
 from .buffer import resolve
-from .tracer import _INTERNAL, _INTERNAL_FILES, TraceContext, Tracer, where_override
+from .tracer import (_INTERNAL, _INTERNAL_FILES, _LIBRARIES, _SCIPY, TraceContext, Tracer,
+                     _at, user_where, where_override)
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
 
@@ -174,7 +175,6 @@ def _warn_mutated(before, fn):
     for path, t, snap in before:
         now = {k: id(v) for k, v in t.items()} if isinstance(t, dict) else [id(v) for v in t]
         if now != snap:
-            from .tracer import user_where
             w = user_where()
             warnings.warn_explicit(
                 f"{getattr(fn, '__name__', 'the function')} changed its argument {path} (a "
@@ -185,8 +185,7 @@ def _warn_mutated(before, fn):
             return
 
 
-_SCIPY_DIR = os.sep + "scipy" + os.sep
-_ADJIT_DIRS = _INTERNAL + _INTERNAL_FILES + (os.path.dirname(os.path.abspath(np.__file__)),)
+_ADJIT_DIRS = _INTERNAL + _INTERNAL_FILES + _LIBRARIES
 
 
 def _name_the_library(e):
@@ -201,7 +200,7 @@ def _name_the_library(e):
     in_user, called = False, None
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
-        if _SCIPY_DIR in fn or fn.startswith("scipy" + os.sep):    # also Cython's frames
+        if _SCIPY in fn or fn.startswith("scipy" + os.sep):    # also Cython's frames
             if in_user and called is None:
                 called, frames = tb.tb_frame, []
             frames.append(tb.tb_frame)
@@ -217,7 +216,7 @@ def _name_the_library(e):
     mod = named.f_globals.get("__name__", "scipy")
     public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
     name = f"{public}.{getattr(named.f_code, 'co_qualname', named.f_code.co_name)}"
-    where = user_where_of(called)
+    where = _at(user_where(called.f_back))
     msg = (f"{name} (SciPy) needs concrete arrays, which a traced function does not have"
            f"{where}: adjit traces NumPy and scipy.special's elementwise functions, not "
            "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
@@ -235,16 +234,6 @@ def _name_the_library(e):
 
 _WRAPPERS = frozenset(("wrapper", "inner", "wrapped", "decorator", "decorated", "__call__",
                        "<lambda>", "fun", "func", "_wrapper"))
-
-
-def user_where_of(frame):
-    """' at file:line (code)' of the user's frame that called into `frame`."""
-    from .tracer import _at
-    f = frame.f_back
-    while f is not None and (_SCIPY_DIR in f.f_code.co_filename
-                             or f.f_code.co_filename.startswith(_ADJIT_DIRS)):
-        f = f.f_back
-    return _at(Where(f.f_code.co_filename, f.f_lineno)) if f is not None else ""
 
 
 def name_assignments(g):

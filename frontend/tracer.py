@@ -44,12 +44,13 @@ def current():
     return s[-1] if s else None
 
 
-def user_where() -> Where | None:
-    """The user's file:line: the first frame outside adjit's internals."""
+def user_where(frame=None) -> Where | None:
+    """The user's file:line: the first frame outside adjit's internals (and NumPy's and
+    SciPy's code), from `frame` outwards (default: the caller)."""
     override = getattr(_state, "where", None)
-    if override is not None:
+    if override is not None and frame is None:
         return override
-    f = sys._getframe(1)
+    f = frame if frame is not None else sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
         if (not fn.startswith(_INTERNAL) and fn not in _INTERNAL_FILES and "importlib" not in fn

@@ -85,11 +85,14 @@ class OpDef:
     places: Callable | None = None
     # the where trap, read by passes/autodiff.py: selects=True for an op whose VJP gives an
     #   argument a cotangent that is exactly 0 where that argument was not selected (where);
-    #   guard=True for an op whose VJP may be inf or nan there although the cotangent is 0
-    #   (log at 0, exp past overflow, x / 0, sqrt of a negative): behind a selection, its
-    #   cotangents are kept 0 where the incoming one is, so np.where(x > 0, np.log(x), 0)
-    #   has finite gradients (JAX and PyTorch give nan)
+    #   blows_up=True for an op whose result can be inf or nan from finite arguments (log at
+    #   0, exp past overflow, x / 0, sqrt of a negative); guard=True for an op whose VJP
+    #   scales the cotangent by something computed from its arguments (0 * inf is nan).
+    #   Behind a selection of a branch that can blow up, guarded VJPs keep 0 where the
+    #   incoming cotangent is 0, so np.where(x > 0, np.log(x), 0) has finite gradients (JAX
+    #   and PyTorch give nan)
     selects: bool = False
+    blows_up: bool = False
     guard: bool = False
 
 
@@ -329,57 +332,18 @@ for _name, _fn, _deriv, _c in _INVERSE:
           f"math.{_c}({{0}})", f"{_c}({{0}})", flops=8)
 # the error function: SciPy's ufuncs where SciPy is installed (it is not a dependency: a user
 # reaches these through scipy.special or adjit.erf), else math's element by element
-_SPECIAL = {}
-
-
-def _special(name):
-    def fn(x):
-        x = np.asarray(x)
-        dt = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-        if name not in _SPECIAL:
-            try:
-                from scipy import special
-                _SPECIAL[name] = getattr(special, name)
-            except ImportError:
-                _SPECIAL[name] = np.vectorize(getattr(math, name), otypes=[np.float64])
-        return np.asarray(_SPECIAL[name](x)).astype(dt, copy=False)
-    fn.__name__ = f"_{name}"
-    return fn
-
-
 def _erf_d(x):
     """erf'(x) = 2 / sqrt(pi) exp(-x^2)"""
     return F.mul(F.exp(F.neg(F.mul(x, x))), 2.0 / math.sqrt(math.pi))
 
 
-def _sigmoid(x):
-    """1 / (1 + exp(-x)), exact in relative terms for x < 0 too (exp(x) / (1 + exp(x))):
-    scipy.special.expit where SciPy is installed, else in place in NumPy."""
-    x = np.asarray(x)
-    if x.dtype.kind != "f":
-        x = x.astype(np.float64)
-    if "expit" not in _SPECIAL:
-        try:
-            from scipy.special import expit
-            _SPECIAL["expit"] = expit
-        except ImportError:
-            _SPECIAL["expit"] = None
-    if _SPECIAL["expit"] is not None and type(x) is np.ndarray:
-        return np.asarray(_SPECIAL["expit"](x))
-    e = np.asarray(np.exp(-np.abs(x)))
-    r = np.add(e, 1, out=np.empty_like(e))    # an array also for a 0-d x
-    num = np.ones_like(e)
-    np.copyto(num, e, where=x < 0)            # one division, as SciPy's: e / (1 + e) below 0
-    return np.divide(num, r, out=r)
-
-
 # sigmoid' = out (1 - out) reuses the forward result, as tanh's does
-unary("sigmoid", _sigmoid, lambda g, out, x: [F.mul(g, F.mul(out, F.sub(1, out)))],
+unary("sigmoid", lambda x: _SPECIAL_FNS.expit(x), lambda g, out, x: [F.mul(g, F.mul(out, F.sub(1, out)))],
       lambda t, out, x: F.mul(t[0], F.mul(out, F.sub(1, out))), None, "_rt_sigmoid({0})",
       "_rt_sigmoid({0})", 8, doc="the logistic function (scipy.special.expit)")
-unary("erf", _special("erf"), lambda g, out, x: [F.mul(g, _erf_d(x))],
+unary("erf", lambda x: _SPECIAL_FNS.erf(x), lambda g, out, x: [F.mul(g, _erf_d(x))],
       lambda t, out, x: F.mul(t[0], _erf_d(x)), None, "math.erf({0})", "erf({0})", 20)
-unary("erfc", _special("erfc"), lambda g, out, x: [F.neg(F.mul(g, _erf_d(x)))],
+unary("erfc", lambda x: _SPECIAL_FNS.erfc(x), lambda g, out, x: [F.neg(F.mul(g, _erf_d(x)))],
       lambda t, out, x: F.neg(F.mul(t[0], _erf_d(x))), None, "math.erfc({0})", "erfc({0})",
       20)
 # the log-gamma family (ir/special.py): gammaln' = digamma = polygamma(0, .), and
@@ -913,10 +877,14 @@ OPS["cast"].rewrite = _cast_of_broadcast
 # gather), the non-maximal elements of a max
 for _name in ("where", "gather", "slice", "max"):
     OPS[_name].selects = True
-for _name in ("exp", "expm1", "log", "log1p", "sqrt", "div", "mul", "pow", "arcsin", "arccos",
-              "arctanh", "arccosh", "arctan2", "erf", "erfc", "gammaln", "polygamma"):
-    if _name in OPS:
-        OPS[_name].guard = True
+for _name in ("exp", "expm1", "log", "log1p", "sqrt", "div", "pow", "arcsin", "arccos",
+              "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
+    OPS[_name].blows_up = True
+# every elementwise op but those passing the cotangent on unscaled: sin(log(0)) would
+# evaluate cos(-inf) in sin's VJP
+for _name, _op in OPS.items():
+    _op.guard = _op.kind == "elementwise" and _op.differentiable and _name not in (
+        "add", "sub", "neg", "where", "cast", "broadcast_to", "stop_gradient")
 OPS["transpose"].noop = lambda a, shape, dtype: tuple(a["perm"]) == tuple(range(len(shape)))
 OPS["reshape"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)
 OPS["broadcast_to"].noop = lambda a, shape, dtype: tuple(a["shape"]) == tuple(shape)

@@ -1,4 +1,4 @@
-"""The log-gamma function's family for the op table: gammaln and polygamma(n, x).
+"""The special functions of the op table: erf, erfc, expit (sigmoid), gammaln, polygamma(n, x).
 
 SciPy computes them where it is installed (it is not a dependency: users reach these ops
 through scipy.special); otherwise the NumPy code below does, by the same algorithm the numba
@@ -102,12 +102,39 @@ def _float_dtype(x):
     return x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
 
 
+def _elementwise(name, fallback, x):
+    """SciPy's `name` of x, else fallback(x), in x's float dtype (float64 for integers)."""
+    x = np.asarray(x)
+    fn = _scipy(name)
+    r = fn(x) if fn is not None else fallback(x)
+    return np.asarray(r).astype(_float_dtype(x), copy=False)
+
+
 def gammaln(x):
     """log |Gamma(x)| (scipy.special.gammaln)."""
+    return _elementwise("gammaln", np.vectorize(_lgamma, otypes=[np.float64]), x)
+
+
+def erf(x):
+    return _elementwise("erf", np.vectorize(math.erf, otypes=[np.float64]), x)
+
+
+def erfc(x):
+    return _elementwise("erfc", np.vectorize(math.erfc, otypes=[np.float64]), x)
+
+
+def expit(x):
+    """1 / (1 + exp(-x)), exact in relative terms for x < 0 too (exp(x) / (1 + exp(x)))."""
     x = np.asarray(x)
-    fn = _scipy("gammaln")
-    r = fn(x) if fn is not None else np.vectorize(_lgamma, otypes=[np.float64])(x)
-    return np.asarray(r).astype(_float_dtype(x), copy=False)
+    return _elementwise("expit", _expit, x if x.dtype.kind == "f" else x.astype(np.float64))
+
+
+def _expit(x):
+    e = np.asarray(np.exp(-np.abs(x)))
+    r = np.add(e, 1, out=np.empty_like(e))    # an array also for a 0-d x
+    num = np.ones_like(e)
+    np.copyto(num, e, where=x < 0)            # one division, as SciPy's: e / (1 + e) below 0
+    return np.divide(num, r, out=r)
 
 
 def _lgamma(v):

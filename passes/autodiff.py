@@ -90,10 +90,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
                 masked = n in cot.masked and op.kind in _KEEPS_ZEROS
-                if n in cot.masked and (op.guard or (op.kind == "elementwise"
-                                                     and op.name not in _LINEAR)):
-                    # any derivative evaluated where the unselected branch is inf or nan
-                    # (sin(log(0)): cos(-inf)) would turn the 0 into nan
+                if n in cot.masked and op.guard:
                     gs = _guarded(cot[n], gs)
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
@@ -117,8 +114,6 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     return new
 
 
-# elementwise ops whose VJP passes the cotangent on unscaled (0 stays 0)
-_LINEAR = frozenset(("add", "sub", "neg", "where", "cast", "broadcast_to", "stop_gradient"))
 # ops whose VJP maps a cotangent's zeros to zeros of the argument's cotangent (a matrix
 # product mixes them): a masked cotangent stays masked through these
 _KEEPS_ZEROS = frozenset(("elementwise", "reduction", "view", "layout", "index"))
@@ -132,7 +127,7 @@ def _may_blow_up(g, a, memo):
     if not memo:
         for n in g.nodes():
             op = OPS[g[n]["op"]]
-            own = op.guard and op.name != "mul"
+            own = op.blows_up
             if op.name == "const":
                 v = np.asarray(g[n]["attrs"]["value"])
                 # x * [1, nan, inf] is nan or inf where x is finite
