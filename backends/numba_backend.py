@@ -164,6 +164,7 @@ class NumbaCodegen(Codegen):
         self.min_kernel_size, self.parallel_size = min_kernel_size, parallel_size
         self.kernels = {}                     # kernel name -> (source, file)
         self.ns_kernels = types.SimpleNamespace()
+        self._sources = {}                    # kernel name -> its numba source
         self.namespace["_rt_kernels"] = self.ns_kernels
         self.contiguous_donations = True      # kernels write through flat views
 
@@ -244,6 +245,11 @@ class NumbaCodegen(Codegen):
         spec = kernel_spec(a, which, in_shapes, in_dtypes, name, inplace)
         mod = load_kernels(spec.source)
         par = fn_name.endswith("_par") or fn_name.endswith("_par_into")
+        # a recomputed group (checkpointing) keeps its original's name, but may write into
+        # another argument: a different kernel must not replace the one bound to that name
+        base, k = fn_name, 2
+        while self._sources.setdefault(fn_name, spec.source) != spec.source:
+            fn_name, k = f"{base}_{k}", k + 1
         setattr(self.ns_kernels, fn_name, getattr(mod, "kernel_par" if par else "kernel"))
         self.kernels[fn_name] = (spec.shown["par" if par else "seq"], mod.__file__)
         lines = []

@@ -183,9 +183,15 @@ class _Source:
     def _body(self, par, shown):
         rng_p = "numba.prange" if par else "range"
         out = []
+        inner_red = self.nd > 0 and self.reduced[self.nd - 1]   # sums kept in acc<k> locals
+        wide = [k for k in self.red if inner_red and self._acc_dtype(k) != self._out_dtype(k)]
         for k in self.red:
-            # reductions start from their identity
+            # reductions start from their identity; float32 sums add their partial sums in a
+            # float64 array (each row's sum rounded into a float32 total would lose ~rows ulps)
             arr = f"out{self.which[k]}"
+            if k in wide:
+                out.append(f"_rt_w{k} = np.zeros({arr}.size, np.float64)")
+                continue
             init = self._literal_init(k, self._out_dtype(k))
             out += [f"for _rt_j in {rng_p}({arr}.size):", f"    {arr}[_rt_j] = {init}"]
         self.sliced = False
@@ -230,7 +236,16 @@ class _Source:
         for k in accs:
             arr = f"out{self.which[k]}"
             idx = self._index(len(self.ins) + k)
-            out.append(f"{indent}{arr}[{idx}] = {self._combine(k, f'{arr}[{idx}]', f'acc{k}')}")
+            if k in wide:
+                out.append(f"{indent}_rt_w{k}[{idx}] += acc{k}")
+            else:
+                out.append(f"{indent}{arr}[{idx}] = "
+                           f"{self._combine(k, f'{arr}[{idx}]', f'acc{k}')}")
+        for k in wide:
+            arr = f"out{self.which[k]}"
+            dt = self._out_dtype(k).name
+            out += [f"for _rt_j in {rng_p}({arr}.size):",
+                    f"    {arr}[_rt_j] = np.{dt}(_rt_w{k}[_rt_j])"]
         return out
 
     def _literal_init(self, k, dt):

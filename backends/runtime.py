@@ -139,7 +139,7 @@ def measure_peak_memory(fn, *args, exclude_results=False) -> int:
         names = _result_names(fn, args)
     elif hasattr(fn, "lower"):
         fn(*args)
-    probe = _CupyProbe() if _uses_cupy(args) else _HostProbe()
+    probe = _CupyProbe() if _uses_cupy(fn, args) else _HostProbe()
     with probe:
         if names is None:
             out = fn(*args)
@@ -150,9 +150,13 @@ def measure_peak_memory(fn, *args, exclude_results=False) -> int:
     return int(peak)
 
 
-def _uses_cupy(args):
+def _uses_cupy(fn, args):
+    """Are the arguments CuPy arrays, or is fn compiled for the CuPy backend (which copies
+    NumPy arguments to the device: the pool, not tracemalloc, sees what it allocates)?"""
     leaves, _, _ = pytree.flatten(list(args))
-    return any(type(x).__module__.startswith("cupy") for x in leaves)
+    if any(type(x).__module__.startswith("cupy") for x in leaves):
+        return True
+    return hasattr(fn, "lower") and getattr(fn.lower(*args), "backend", None) == "cupy"
 
 
 class _HostProbe:

@@ -45,6 +45,7 @@ START = time.perf_counter()
 ROWS = []
 OUT = {"path": None, "argv": sys.argv}   # where save() writes the table (after every row)
 RESULTS = {}                             # (setting, batch) -> seconds per epoch
+SMOKE = {"on": False}                    # --smoke: tiny sizes (CI runs it on hostcupy)
 
 
 def make_importable():
@@ -228,9 +229,10 @@ def _errors(got, want):
     assert_allclose(rtol=tol, atol=tol) criterion; and per leaf max |a - b| / max |b|."""
     from adjit.frontend import pytree
     point = norm = 0.0
+    def host(x):   # either side may be on the GPU (a CuPy array refuses np.asarray)
+        return (x.get() if hasattr(x, "get") else np.asarray(x)).astype(np.float64)
     for a, b in zip(pytree.flatten(got)[0], pytree.flatten(want)[0]):
-        a = (a.get() if hasattr(a, "get") else np.asarray(a)).astype(np.float64)
-        b = np.asarray(b, dtype=np.float64)
+        a, b = host(a), host(b)
         if not b.size:
             continue
         d = np.abs(a - b)
@@ -420,6 +422,8 @@ def epochs(args):
         X, y, name = load_data(None)
     row("epoch", "data", name, note=f"batch 128: {len(X) % 128} and batch 1024: "
         f"{len(X) % 1024} samples of the last partial batch are dropped (static shapes)")
+    if SMOKE["on"]:
+        X, y = X[:3072], y[:3072]
     Xg, yg = cupy.asarray(X), cupy.asarray(y)         # moved to the GPU once
     results = RESULTS
     sync = cupy.cuda.Device().synchronize
@@ -444,6 +448,10 @@ def epochs(args):
         import torch
     except ImportError:
         row("epoch", "PyTorch", "not installed: no comparison")
+        return results
+    if not torch.cuda.is_available():
+        row("epoch", "PyTorch", "no CUDA device in this PyTorch: no comparison",
+            ok=None if SMOKE["on"] else False)
         return results
     for batch in (128, 1024):
         try:
@@ -511,7 +519,7 @@ def start_torch_compile(args):
     """Start child_torch_compile (None when PyTorch is missing); its output goes to files, so
     nothing blocks on a full pipe."""
     import importlib.util
-    if importlib.util.find_spec("torch") is None:
+    if importlib.util.find_spec("torch") is None or SMOKE["on"]:
         return None
     logs = tempfile.mkdtemp(prefix="adjit_torch_compile_")
     out = open(os.path.join(logs, "stdout"), "w+")
@@ -572,7 +580,7 @@ def checkpoint_memory():
     (less the gradients already computed), measured on the CuPy pool."""
     import cupy
     import adjit
-    depth, width, batch = 32, 512, 4096
+    depth, width, batch = (8, 128, 256) if SMOKE["on"] else (32, 512, 4096)
     rng = np.random.default_rng(0)
     ws = [(rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32)
           for _ in range(depth)]
@@ -673,8 +681,12 @@ def main():
     ap.add_argument("--budget", type=float, default=285, help="seconds for the whole run")
     ap.add_argument("--only", help="comma-separated sections to run (default: all): "
                     "environment, equality, tests, epoch, checkpoint")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes, no PyTorch and no test shards: a check of the script "
+                    "itself (CI runs it on tests/backends/hostcupy, CuPy's interface on the host)")
     ap.add_argument("--child-torch-compile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    SMOKE["on"] = args.smoke
     make_importable()
     _kernel_cache_dir()
     if args.child_torch_compile:
@@ -685,7 +697,7 @@ def main():
     def wanted(name):
         return only is None or name in only
     B = args.budget
-    tests = start_gpu_tests() if wanted("tests") else None
+    tests = start_gpu_tests() if wanted("tests") and not args.smoke else None
     args.torch_compile = start_torch_compile(args) if wanted("epoch") else None
     plan = [("environment", environment, (), None),
             ("equality", equality_models, (), 0.4 * B),
@@ -696,7 +708,7 @@ def main():
             ("epoch", torch_compile_section, (args,), None)]
     try:
         for name, fn, fargs, until in plan:
-            if wanted(name):
+            if wanted(name) and not (fn is finish_gpu_tests and tests is None):
                 section(name, fn, *fargs, until=until)
     finally:
         for proc in (tests or []) + ([args.torch_compile["proc"]] if args.torch_compile

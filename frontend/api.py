@@ -19,7 +19,9 @@ from . import pytree
 from .trace import check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
-_DEBUG = int(os.environ.get("DEBUG", "0") or 0)
+_DEBUG = os.environ.get("DEBUG", "0") or "0"
+_DEBUG = int(_DEBUG) if _DEBUG.isdigit() else 1 if _DEBUG.lower() in ("true", "yes", "on") \
+    else 0   # DEBUG=1..3 (another tool's DEBUG=true or DEBUG=* must not break the import)
 
 
 # -- compilation ------------------------------------------------------------------------------
@@ -392,6 +394,12 @@ def _grad_traced(fn, argnums, has_aux, with_value, static):
         _note_parameters([leaves[p] for p in wrt])
         outs, _ = replay(j, leaves)
         n = len(g.outputs)
+        for k in range(n, len(outs)):
+            if F._is_weak(outs[k]):
+                # a gradient is an array like its argument, even when it is the value of
+                # a Python-number argument (d(x * t)/dx = t): it does not come back as a float
+                outs[k] = outs[k].copy_()
+                outs[k].ctx.weak.discard(outs[k].id)
         grads, k = [], n
         for a in nums:
             m = len(pos[a])
@@ -505,6 +513,11 @@ _TRANSFORMS_KEPT = 32
 def _cached(kind, fn, make, options):
     """One Compiled per (transformation, function, options): adjit.grad(loss)(...) inside a
     training loop then reuses its programs instead of compiling every step."""
+    if getattr(fn, "__self__", None) is not None and not isinstance(
+            fn.__self__, (type, type(os))):
+        # a bound method reads its object's arrays (self.W), which change between calls of
+        # adjit.grad(model.loss) in a training loop: each such call traces anew, as JAX does
+        return make()
     key = (kind, fn, tuple(sorted((k, repr(v)) for k, v in options.items())))
     try:
         c = _TRANSFORMS.get(key)
@@ -558,6 +571,10 @@ def vjp(fn, *primals, has_aux=False, **compile_options):
     (array([3., 3.]),)
     """
     from ..passes.autodiff import derive_adjoint
+    if compile_options.get("donate_argnums"):
+        raise OptionError("adjit.vjp does not take donate_argnums: its pullback reads the "
+                          "primals again, so their buffers cannot receive the results; donate "
+                          "in a compiled step instead (adjit.compile(step, donate_argnums=...))")
     out = _cached("compile", fn, lambda: Compiled(fn, **compile_options),
                   compile_options)(*primals)
     if has_aux:

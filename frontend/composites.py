@@ -173,6 +173,8 @@ def take(x, indices, axis=None, out=None, mode="raise"):
 
 def diff(x, n=1, axis=-1, prepend=None, append=None):
     ax = _axis(axis, _nd(x), "diff")
+    if n == 0:
+        return x     # NumPy ignores prepend and append then
     if prepend is not None or append is not None:
         parts = [F.broadcast_to(p, _shape_of(x)[:ax] + (1,) + _shape_of(x)[ax + 1:])
                  if _nd(p) == 0 else p for p in (prepend,) if p is not None]
@@ -195,15 +197,27 @@ def pad(x, pad_width, mode="constant", **kw):
         raise UnsupportedError(f"np.pad with mode={mode!r} and {sorted(kw)}"
                                f"{_at(user_where())}; supported modes: {', '.join(_PAD_MODES)}")
     shape = tuple(_shape_of(x))
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64).reshape(-1, 2)
-                         if np.ndim(pad_width) > 1 else np.asarray(pad_width, np.int64),
-                         (len(shape), 2))
+    if isinstance(pad_width, dict):    # NumPy 2.4: {axis: width}, other axes unpadded
+        widths = np.zeros((len(shape), 2), np.int64)
+        for ax, w in pad_width.items():
+            widths[_axis(ax, len(shape), "np.pad")] = np.broadcast_to(np.asarray(w, np.int64),
+                                                                     (2,))
+        pad_width = widths
+    # as NumPy: ((1,), (2,)) pads axis 0 by 1 and axis 1 by 2 on both sides
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (len(shape), 2))
     if (pw < 0).any():
         raise ShapeError(f"np.pad: index can't contain negative values ({pad_width!r})"
                          f"{_at(user_where())}")
     if mode != "constant":
+        odd = kw.get("reflect_type", "even") == "odd" and mode in ("reflect", "symmetric")
         for ax, (b, a) in enumerate(pw):
-            if b or a:
+            if (b or a) and odd:
+                # odd reflection (2 * edge - mirror) is linear in x: NumPy's padding of the
+                # identity gives the matrix that maps the axis to its padded form
+                m = np.pad(np.eye(shape[ax], dtype=x.dtype), ((int(b), int(a)), (0, 0)),
+                           mode=mode, reflect_type="odd")
+                x = moveaxis(tensordot(m, x, ([1], [ax])), 0, ax)
+            elif b or a:
                 idx = np.pad(np.arange(shape[ax]), (int(b), int(a)), mode=mode, **kw)
                 x = F.getitem(x, _along(ax, len(shape), idx))
         return x
@@ -279,6 +293,46 @@ def cumprod(x, axis=None, dtype=None):
     return x
 
 
+def fold(f, x, axis, keepdims, what):
+    """f.reduce for an associative, commutative binary f: pairwise halving (log n levels)."""
+    if axis is None:
+        x, axis = F.ravel(x), 0
+    nd = _nd(x)
+    ax = _axis(axis, nd, what)
+    n = _shape_of(x)[ax]
+    if n == 0:
+        raise UnsupportedError(f"{what} of an empty axis{_at(user_where())}: it has no "
+                               "identity adjit knows")
+    while n > 1:
+        half = n // 2
+        y = f(_slice(x, ax, 0, half), _slice(x, ax, half, 2 * half))
+        x = F.concatenate([y, _slice(x, ax, 2 * half, n)], ax) if n % 2 else y
+        n = half + n % 2
+    return x if keepdims else F.reshape(x, tuple(d for i, d in enumerate(_shape_of(x))
+                                                 if i != ax))
+
+
+def scan(f, x, axis, what):
+    """f.accumulate for an associative, commutative binary f (np.maximum.accumulate): left to
+    right up to 32 long, by doubling strides beyond (log n levels)."""
+    if axis is None:
+        raise UnsupportedError(f"{what} with axis=None{_at(user_where())}; ravel first")
+    if not isinstance(x, Tracer):
+        x = F.const(np.asarray(x))
+    ax = _axis(axis, _nd(x), what)
+    n, k = _shape_of(x)[ax], 1
+    if 0 < n <= _SEQUENTIAL:
+        parts = [_slice(x, ax, 0, 1)]
+        for i in range(1, n):
+            parts.append(f(parts[-1], _slice(x, ax, i, i + 1)))
+        return F.concatenate(parts, ax) if n > 1 else parts[0]
+    while k < n:
+        x = F.concatenate([_slice(x, ax, 0, k), f(_slice(x, ax, k, n),
+                                                  _slice(x, ax, 0, n - k))], ax)
+        k *= 2
+    return x
+
+
 def sort(x, axis=-1, kind=None, order=None):
     if order is not None:
         raise UnsupportedError(f"np.sort with order={order!r}{_at(user_where())}")
@@ -290,6 +344,8 @@ def sort(x, axis=-1, kind=None, order=None):
 def median(x, axis=None, keepdims=False):
     nd = _nd(x)
     axes = F._axes(x, axis)
+    if not axes:     # axis=() (or 0-d): the values themselves, as floats
+        return F.cast(x, np.float64) if F._dtype_of(x).kind not in "fc" else F.mul(x, 1.0)
     if axis is None or len(axes) > 1:
         keep = [i for i in range(nd) if i not in axes]
         shape = tuple(_shape_of(x))
@@ -462,13 +518,32 @@ def all_(x, axis=None, keepdims=False):
     return F.eq(F.sum(F.eq(x, 0), axis, keepdims), 0)
 
 
-def nansum(x, axis=None, keepdims=False, dtype=None):
-    return F.sum(F.where(isnan(x), F.zeros_like(x), x), axis, keepdims, dtype)
+def nansum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    """np.nansum, with NumPy's signature (out= only as adjit's functions take it: not at all)"""
+    _no_out("nansum", out)
+    skip = isnan(x) if where is None else logical_or(isnan(x), F.eq(where, False))
+    s = F.sum(F.where(skip, F.zeros_like(x), x), axis, keepdims, dtype)
+    return s if initial is None else F.add(s, initial)
 
 
-def nanmean(x, axis=None, keepdims=False):
-    return F.div(nansum(x, axis, keepdims), count_nonzero(F.eq(isnan(x), False), axis,
-                                                          keepdims))
+def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    """np.nanmean: float32 stays float32 (the count takes the sum's dtype)"""
+    _no_out("nanmean", out)
+    if dtype is not None:
+        x = F.cast(x, dtype)
+    elif F._dtype_of(x).kind not in "fc":
+        x = F.cast(x, np.float64)
+    keep = F.eq(isnan(x), False)
+    if where is not None:
+        keep = logical_and(keep, where)
+    s = F.sum(F.where(keep, x, F.zeros_like(x)), axis, keepdims)
+    return F.div(s, F.cast(count_nonzero(keep, axis, keepdims), F._dtype_of(s)))
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise UnsupportedError(f"np.{name}(..., out=...) writes in place, which a traced "
+                               f"function returns instead{_at(user_where())}: use the result")
 
 
 def nanmax(x, axis=None, keepdims=False):
@@ -495,8 +570,9 @@ def heaviside(x, h0):
 
 def copysign(x, y):
     # the sign bit of y: y < 0, or 1/y < 0 for y == -0.0 (and -inf already counts as y < 0)
+    dt = F.result_dtype(x, y, 1.0)       # Python numbers weak: copysign(2.0, x32) is float32
     neg_y = F.where(F.lt(y, 0), True, F.lt(F.div(1.0, y), 0))
-    ax = F.abs(x)
+    ax = F.abs(F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt))
     return F.where(neg_y, F.neg(ax), ax)
 
 

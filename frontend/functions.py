@@ -161,9 +161,17 @@ def arctanh(x): return _elementwise("arctanh", [x], float_only=True)
 def arctan2(y, x): return _elementwise("arctan2", [y, x], float_only=True)
 
 
-@_resolving
 def stop_gradient(x):
-    """The same values, but no cotangent flows back through them."""
+    """The same values, but no cotangent flows back through them (a pytree: each array)."""
+    from . import pytree
+    if isinstance(x, (list, tuple, dict)):
+        leaves, tree, _ = pytree.flatten(x, "x")
+        return pytree.unflatten(tree, [_stop_gradient(v) for v in leaves])
+    return _stop_gradient(x)
+
+
+@_resolving
+def _stop_gradient(x):
     return _elementwise("stop_gradient", [x])
 
 
@@ -581,10 +589,26 @@ def traced_positions(x, key):
     consts = [a for a in arrays if not isinstance(a, Tracer)]
     bshape = np.broadcast_shapes(*[np.shape(a) for a in arrays])
     unique = int(np.prod(bshape, dtype=np.int64)) <= 1  # x[np.argmax(x)] = 0: one position
+    if len(arrays) == 1 and _is_permutation(arrays[0]):
+        unique = True   # ranks[np.argsort(-s)] = np.arange(n): a permutation never repeats
     if consts and not unique:
         rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
         unique = len(np.unique(rows, axis=0)) == rows.shape[0]
     return arrays, tkey, tuple(int(d) for d in shape), unique
+
+
+def _is_permutation(t):
+    """Are t's entries distinct: an argsort of a 1-D array, or slices of one (p[::-1], the
+    top k p[-k:])?"""
+    if not isinstance(t, Tracer) or t.ndim != 1:
+        return False
+    g, n = t.ctx.graph, t.id
+    while g[n]["op"] == "slice":
+        idx = g[n]["attrs"]["index"]
+        if len(idx) != 1 or not isinstance(idx[0], slice):
+            return False
+        n = g.args(n)[0]
+    return g[n]["op"] == "argsort" and len(g[g.args(n)[0]]["shape"]) == 1
 
 
 def _static_masks(key, shape):
@@ -721,8 +745,9 @@ def _axes(x, axis):
     nd = len(_shape_of(x))
     if axis is None:
         return tuple(range(nd))
-    return tuple(sorted(set(_norm_axes(axis if isinstance(axis, (tuple, list)) else (axis,),
+    axes = tuple(sorted(set(_norm_axes(axis if isinstance(axis, (tuple, list)) else (axis,),
                                        nd, "reduction"))))
+    return axes if nd else ()    # axis 0 (or -1) of a 0-d array: NumPy reduces nothing
 
 
 def accumulator(dtype):
@@ -759,7 +784,7 @@ def var(x, axis=None, keepdims=False, ddof=0):
     d = sub(x, m)
     axes = _axes(x, axis)
     n = int(np.prod([_shape_of(x)[a] for a in axes], dtype=np.int64))
-    return div(sum(mul(d, d), axes, keepdims), n - ddof)
+    return div(sum(mul(d, d), axes, keepdims), builtins.max(n - ddof, 0))  # NumPy: inf
 
 
 def std(x, axis=None, keepdims=False, ddof=0):
@@ -1105,6 +1130,9 @@ def logsumexp(x, axis=None, keepdims=False):
     """
     # the shift cancels mathematically, so no cotangent needs to flow through the max; an
     # infinite max is not subtracted (inf - inf), so the result is +-inf as NumPy's log(sum(exp))
+    if isinstance(x, Tracer) and x.size == 0:
+        # log(0) = -inf for each empty sum (SciPy and NumPy's log(sum(exp)))
+        return log(sum(exp(x), axis=axis, keepdims=keepdims))
     m = max(x, axis=axis, keepdims=True)
     m = stop_gradient(where(eq(abs(m), np.inf), zeros_like(m), m))
     s = add(log(sum(exp(sub(x, m)), axis=axis, keepdims=True)), m)

@@ -58,6 +58,9 @@ UFUNCS = {
 }
 _REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod}
 _ACCUMULATE = {np.add: F.cumsum, np.multiply: C.cumprod}
+# associative and commutative binary ufuncs: .reduce folds pairwise, .accumulate scans
+_ASSOCIATIVE = {np.maximum, np.minimum, np.fmax, np.fmin, np.logaddexp, np.logaddexp2,
+                np.hypot, np.logical_and, np.logical_or, np.logical_xor}
 
 
 def _bitwise(sym, logical, x, y):
@@ -122,11 +125,21 @@ _min = _extreme("min", F.min, F.minimum)
 def _moment(name, fn):
     def moment(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
                mean=None, correction=None):
-        _no_out(name, out, where)
-        if mean is not None:
-            raise UnsupportedError(f"np.{name}(..., mean=...){_at(user_where())}")
+        _no_out(name, out)
         a = F.cast(a, dtype) if dtype is not None else a
-        return fn(a, axis, keepdims, ddof if correction is None else correction)
+        ddof = ddof if correction is None else correction
+        if where is None and mean is None:
+            return fn(a, axis, keepdims, ddof)
+        # NumPy's where= (the selected entries only) and mean= (a precomputed mean, kept dims)
+        if F._dtype_of(a).kind not in "fc":
+            a = F.cast(a, np.float64)
+        m = mean if mean is not None else _mean(a, axis, None, None, True, where=where)
+        d = F.sub(a, m)
+        sq = _sum(F.mul(d, d), axis, None, None, keepdims, None, where)
+        ones = F.ones_like(a) if where is None else F.cast(where, F._dtype_of(a))
+        count = F.sum(F.broadcast_to(ones, F._shape_of(a)), axis, keepdims)
+        r = F.div(sq, F.maximum(F.sub(count, ddof), 0.0))
+        return F.sqrt(r) if name == "std" else r
     return moment
 
 
@@ -165,7 +178,8 @@ def _reshape(a, *shape, order="C", **kw):
         return F.transpose(r) if len(shape) > 1 else r
     if order not in ("C", "F", "A", "K"):
         raise UnsupportedError(f"reshape with order={order!r}{_at(user_where())}")
-    return F.reshape(a, shape)
+    r = F.reshape(a, shape)
+    return r.copy_() if kw.get("copy") and isinstance(r, Tracer) else r
 
 
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
@@ -222,7 +236,7 @@ def _average(a, axis=None, weights=None, returned=False, keepdims=False):
         # as NumPy: 1-D weights of the length of `axis` weigh along that axis
         if axis is None:
             raise ShapeError("np.average: weights differ in shape from the array; give axis")
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (int(axis),)
         axes = tuple(ax % len(ashape) for ax in axes)
         if wshape != tuple(ashape[ax] for ax in axes):
             raise ShapeError(f"np.average: weights of shape {wshape} do not fit axis {axis} "
@@ -344,6 +358,40 @@ FUNCTIONS = {
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+
+
+def _full_shape(a, value, dtype, shape):
+    """np.full_like(a, value, shape=shape): a new array of that shape with a's dtype."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    dtype = np.dtype(dtype or F._dtype_of(a))
+    if isinstance(value, Tracer):
+        return F.broadcast_to(F.cast(value, dtype), shape).copy_()
+    return B.Buffer(np.full(shape, value, dtype))
+
+
+def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    if order is not None:
+        raise UnsupportedError(f"np.argsort with order={order!r}{_at(user_where())}")
+    return F.argsort(a, axis)   # always stable, which every kind= allows
+
+
+# NumPy's own parameter names and positions (np.size(x, 1), np.full_like(x, fill_value=0))
+FUNCTIONS.update({
+    np.size: lambda a, axis=None: a.size if axis is None else F._shape_of(a)[axis],
+    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None:
+        F.full_like(a, fill_value, dtype) if shape is None
+        else _full_shape(a, fill_value, dtype, shape),
+    np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None:
+        F.zeros_like(a, dtype) if shape is None else _full_shape(a, 0, dtype, shape),
+    np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None:
+        F.ones_like(a, dtype) if shape is None else _full_shape(a, 1, dtype, shape),
+    np.swapaxes: lambda a, axis1, axis2: F.swapaxes(a, axis1, axis2),
+    np.argsort: _argsort, np.sort: lambda a, axis=-1, kind=None, order=None, *, stable=None:
+        C.sort(a, axis, kind, order),
+    np.broadcast_to: lambda array, shape, subok=False: F.broadcast_to(array, shape),
+    np.shape: lambda a: F._shape_of(a), np.ndim: lambda a: len(F._shape_of(a)),
+})
+FUNCTIONS[np.empty_like] = FUNCTIONS[np.zeros_like]
 # adjit's arrays are real (complex arguments are refused): the real part is the array, as
 # NumPy's np.real of a real array is a view of it, and the imaginary part is zero
 FUNCTIONS.update({np.real: lambda x: x, np.imag: F.zeros_like,
@@ -446,6 +494,20 @@ def _unsupported(name):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    for k in ("casting", "order", "subok"):
+        kwargs.pop(k, None)   # results are stored with the out array's dtype; layouts are free
+    where = kwargs.pop("where", True)
+    if where is not True and method == "__call__":
+        # np.divide(1, x, out=z, where=x != 0): z where the mask is False (zeros without out=;
+        # NumPy leaves those entries uninitialized)
+        out = kwargs.pop("out", None)
+        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        r = array_ufunc(ufunc, method, inputs, kwargs)
+        rest = F.zeros_like(r) if target is None else F.cast(target, F._dtype_of(r)) \
+            if isinstance(target, Tracer) else np.asarray(target, F._dtype_of(r))
+        r = F.where(where, r, rest)
+        return r if target is None else array_ufunc(np.positive, "__call__", (r,),
+                                                    {"out": out})
     out = kwargs.pop("out", None)
     if out is not None:
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
@@ -468,6 +530,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             return UFUNCS[ufunc](*inputs, **kwargs)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
+        if dtype is not None and np.dtype(dtype).kind in "fc":
+            # computed in that dtype, as NumPy does (np.exp(x32, dtype=np.float64))
+            inputs = tuple(F.cast(x, dtype) if isinstance(x, Tracer) else x for x in inputs)
         r = UFUNCS[ufunc](*inputs)
         r = F.cast(r, dtype) if dtype is not None else r
         if isinstance(r, Tracer):
@@ -483,11 +548,23 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if getattr(np, ufunc.__name__, None) is not ufunc:
         _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
                            "another library)")
-    if method == "reduce" and ufunc in _REDUCE:
-        axis = kwargs.get("axis", 0)
-        return _REDUCE[ufunc](inputs[0], axis=axis, keepdims=kwargs.get("keepdims", False))
-    if method == "accumulate" and ufunc in _ACCUMULATE:
-        return _ACCUMULATE[ufunc](inputs[0], axis=kwargs.get("axis", 0))
+    if method == "reduce" and (ufunc in _REDUCE or ufunc in _ASSOCIATIVE) and \
+            set(kwargs) <= {"axis", "keepdims", "dtype"}:
+        axis, keepdims = kwargs.get("axis", 0), kwargs.get("keepdims", False)
+        x = inputs[0]
+        if kwargs.get("dtype") is not None:
+            x = F.cast(x, kwargs["dtype"])
+        if ufunc in _REDUCE:
+            return _REDUCE[ufunc](x, axis=axis, keepdims=keepdims)
+        return C.fold(UFUNCS[ufunc], x, axis, keepdims, f"np.{ufunc.__name__}.reduce")
+    if method == "accumulate" and (ufunc in _ACCUMULATE or ufunc in _ASSOCIATIVE) and \
+            set(kwargs) <= {"axis", "dtype"}:
+        x, axis = inputs[0], kwargs.get("axis", 0)
+        if kwargs.get("dtype") is not None:
+            x = F.cast(x, kwargs["dtype"])
+        if ufunc in _ACCUMULATE:
+            return _ACCUMULATE[ufunc](x, axis=axis)
+        return C.scan(UFUNCS[ufunc], x, axis, f"np.{ufunc.__name__}.accumulate")
     if method == "outer" and ufunc in UFUNCS and ufunc.nin == 2:
         a, b = inputs   # np.add.outer(a, b): a's axes first, then b's
         a = F.reshape(a, tuple(F._shape_of(a)) + (1,) * len(F._shape_of(b)))
@@ -520,10 +597,11 @@ def _ufunc_at(ufunc, a, indices, b=None):
 
 
 def _entr(x):
-    """-x log x for x > 0, 0 at 0, -inf below (scipy.special.entr)"""
+    """-x log x for x > 0, 0 at 0, -inf below, NaN at NaN (scipy.special.entr)"""
     pos, safe = F.gt(x, 0), F.where(F.gt(x, 0), x, 1.0)
     return F.where(pos, F.neg(F.mul(x, F.log(safe))),
-                   F.where(F.eq(x, 0), F.zeros_like(safe), F.full_like(safe, -np.inf)))
+                   F.where(F.eq(x, 0), F.zeros_like(safe),
+                           F.where(C.isnan(x), x, F.full_like(safe, -np.inf))))
 
 
 def _rel_entr(x, y):
@@ -536,13 +614,18 @@ def _rel_entr(x, y):
     sx, sy = F.where(ok, x, 1.0), F.where(ok, y, 1.0)
     zero = C.logical_and(F.eq(x, 0), F.ge(y, 0))
     r = F.mul(x, F.log(F.div(sx, sy)))
-    return F.where(ok, r, F.where(zero, F.zeros_like(r), F.full_like(r, np.inf)))
+    nan = C.logical_or(C.isnan(x), C.isnan(y))
+    return F.where(ok, r, F.where(zero, F.zeros_like(r),
+                                  F.where(nan, F.full_like(r, np.nan), F.full_like(r, np.inf))))
 
 
 def _xlogy(log):
     def xlogy(x, y):
-        zero = F.eq(x, 0)
-        return F.where(zero, 0.0, F.mul(x, log(F.where(zero, 1.0, y))))
+        """x * log(y), 0 where x == 0 unless y is NaN (scipy.special.xlogy). Its derivative in
+        x is log(y) at x == 0 too (JAX, PyTorch): only an infinite log(y) is replaced there,
+        so the product is 0 and not NaN."""
+        ly = log(y)
+        return F.mul(x, F.where(C.logical_and(F.eq(x, 0), C.isinf(ly)), 0.0, ly))
     return xlogy
 
 
@@ -836,9 +919,11 @@ def _accepting(orig):
         dtype = kwargs.get("dtype", args[0] if args else None)
         out = _from_nested(obj, orig)
         out = F.cast(out, dtype) if dtype is not None else out
-        if orig.__name__ == "array" and out is B.resolve(obj) and _forces_copy(
-                kwargs.get("copy", True)):
-            return out.copy_()  # np.array copies unless told not to
+        if out is B.resolve(obj) and (
+                (orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))) or
+                (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
+                    kwargs.get("copy")))):
+            return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
         return out
     return constructor
 

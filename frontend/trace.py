@@ -278,9 +278,11 @@ def replay(graph, inputs, role=None, env=None):
             env[n] = ctx.emit(d["op"], [env[a] for a in d["args"]], d["attrs"], where=w,
                               name=d["name"])
         if d["shape"] == () and d["args"] and all(
-                _is_weak(env[a]) or graph[a]["op"] == "const" for a in d["args"]):
+                _is_weak(env[a]) or graph[a]["op"] == "const" for a in d["args"]) and any(
+                _is_weak(env[a]) for a in d["args"]):
             # arithmetic on Python-number arguments stays a Python number when a
-            # transformation replays it (the aux value t + 1 of grad(..., has_aux=True))
+            # transformation replays it (the aux value t + 1 of grad(..., has_aux=True));
+            # arithmetic on constants alone does not (a cotangent seeded with 1.0)
             ctx.weak.add(env[n].id)
     for k in graph.meta.get("weak_out", ()):
         # a Python-number result of the replayed function (a literal, k + 1 of a static k)

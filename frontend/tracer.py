@@ -490,6 +490,20 @@ class Tracer:
     def item(self):
         self._concrete(".item()")
 
+    def __copy__(self):
+        return self.copy_()     # copy.copy of an array is a copy, not a view
+
+    def __deepcopy__(self, memo):
+        return self.copy_()
+
+    @property
+    def device(self):
+        """The array API's device attribute (SciPy asks for it): adjit traces on the host."""
+        return "cpu"
+
+    def to_device(self, device, /, *, stream=None):
+        return self
+
     def __array_namespace__(self, *, api_version=None):
         """The array API namespace of a traced array is NumPy's: its functions dispatch to the
         tracer (`__array_function__`, `__array_ufunc__`). SciPy's array-API code

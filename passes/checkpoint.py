@@ -48,6 +48,10 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
     """
     segments, budget = check_options(segments, budget)
     a = _analyze(g, scratch)
+    if not a.m and g.meta.get("parameters") is not None:
+        # every input differentiated (a simulation's gradient with respect to its initial
+        # state): no input is data by that rule, so take the differentiated ones as data
+        a = _analyze(g, scratch, every_input_data=True)
     a.donate = dict(donate_argnums=donate_argnums, in_place_ok=in_place_ok)
     if budget is not None:
         chosen = _fit_budget(a, int(budget))
@@ -141,7 +145,7 @@ class _Analysis:
         return len(self.chain)
 
 
-def _analyze(g: Graph, scratch=None) -> _Analysis:
+def _analyze(g: Graph, scratch=None, every_input_data=False) -> _Analysis:
     nodes = g.nodes()
     back = set()
     for n in nodes:
@@ -151,7 +155,7 @@ def _analyze(g: Graph, scratch=None) -> _Analysis:
             back.add(n)
     base, alloc = buffers(g, nodes)
     free = {n for n in nodes if alloc[n] == 0 and (kind(g[base[n]]["op"]) == "source")}
-    params = g.meta.get("parameters")
+    params = None if every_input_data else g.meta.get("parameters")
     inputs = set(g.inputs)
     data_dep = {}
     for k, n in enumerate(g.inputs):

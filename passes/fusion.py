@@ -132,11 +132,11 @@ class _Fuser:
         a matrix product), merging would hold one part per step until the end."""
         pa, pb = self.pos[a], self.pos[b]
         g = self.g
-        if pb - pa <= 1 or not any(x is not None and x not in self.sets and
-                                   OPS[g[x]["op"]].kind in _WORK for x in self.slots[pa + 1:pb]):
-            return False
         size = _numel(g[a]["shape"])
         if size * np.dtype(g[a]["dtype"]).itemsize < HOLD_BYTES:
+            return False    # first: the scan below grows with the program's length
+        if pb - pa <= 1 or not any(x is not None and x not in self.sets and
+                                   OPS[g[x]["op"]].kind in _WORK for x in self.slots[pa + 1:pb]):
             return False
         inside = set(self._members(a))
         dying = 0

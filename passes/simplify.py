@@ -151,7 +151,8 @@ def _rewrite(new, d, args, seen):
         consts = [uniform_value(new, a) for a in args]
         if all(c is not None for c in consts):
             vals = [np.asarray(c, dtype=new[a]["dtype"]) for c, a in zip(consts, args)]
-            value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
+            with np.errstate(all="ignore"):   # a folded 0 / 0 is a NaN, not a warning
+                value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
             c = _rewrite(new, dict(d, op="const", shape=(), name=None,
                                    attrs={"value": value, "dtype": value.dtype}), (), seen)
             return _rewrite(new, dict(d, op="broadcast_to", attrs={"shape": d["shape"]}),
@@ -161,7 +162,8 @@ def _rewrite(new, d, args, seen):
     if args and all(new[a]["op"] == "const" for a in args) and op != "broadcast_to" \
             and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT:
         vals = [new[a]["attrs"]["value"] for a in args]
-        value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
+        with np.errstate(all="ignore"):
+            value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
         attrs, args, op = {"value": value, "dtype": value.dtype}, (), "const"
     key = (op, args, _attr_key(attrs))
     if key in seen:

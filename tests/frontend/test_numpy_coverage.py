@@ -166,7 +166,7 @@ REFUSED = {
     "unequal split": (lambda w: np.sum(np.split(w, 3)[0]), r"split.*array_split"),
     "matrix 3-norm": (lambda w: np.linalg.norm(w.reshape(2, 2), 3), r"norm.*ord=3"),
     "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="mean")), r"np\.pad.*'mean'"),
-    "unsupported keyword": (lambda w: np.sum(np.var(w, mean=0.0)), r"np\.var.*mean="),
+    "unsupported keyword": (lambda w: np.sum(np.quantile(w, 0.5, weights=w)), r"np\.quantile.*weights="),
 }
 
 
