@@ -164,3 +164,17 @@ def test_no_warning_from_constant_folding():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         adjit.grad(lambda x: np.sum(x) + np.mean(x[:, :0]), backend="numpy")(X)
+
+
+def test_numba_recomputed_groups_keep_their_own_in_place_kernels():
+    """A checkpointed segment's recomputed group has its original's kernel name but writes
+    into another argument's buffer: binding both to one name gave wrong gradients."""
+    def heat(u):
+        for _ in range(6):
+            u = np.tanh(u + 0.1 * (np.roll(u, 1) - 2 * u))
+        return np.sum(u ** 2)
+    u = rng.normal(size=5000)
+    want = adjit.grad(heat, backend="numpy")(u)
+    for ck in (2, "sqrt"):
+        np.testing.assert_allclose(adjit.grad(heat, backend="numba", checkpoint=ck)(u), want,
+                                   rtol=1e-12, atol=1e-14)
