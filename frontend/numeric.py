@@ -723,3 +723,119 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     except ValueError as e:
         raise ShapeError(f"sliding_window_view: {e}{_at(user_where())}") from None
     return F.getitem(F.ravel(x), (np.ascontiguousarray(pos),))
+
+
+# -- finite differences and polynomial matrices -------------------------------------------------
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """np.gradient: second-order central differences inside, one-sided (edge_order 1 or 2) at
+    the ends; spacings are numbers or constant coordinate arrays, one per axis or one for all.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(np.gradient, backend="numpy")(np.array([1., 2., 4., 7.]))
+    array([1. , 1.5, 2.5, 3. ])
+    """
+    shape = F._shape_of(f)
+    nd = len(shape)
+    axes = tuple(range(nd)) if axis is None else F._axes(f, axis)
+    if axis is not None and not isinstance(axis, (tuple, list)):
+        axes = axes[:1]
+    if len(varargs) == 0:
+        spacing = [1.0] * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        spacing = list(varargs) * len(axes)
+    elif len(varargs) == len(axes):
+        spacing = list(varargs)
+    else:
+        raise TypeError(f"np.gradient: {len(varargs)} spacings for {len(axes)} axes"
+                        f"{_at(user_where())}")
+    if any(isinstance(h, Tracer) for h in spacing):
+        raise UnsupportedError(f"np.gradient with traced spacing{_at(user_where())}; pass the "
+                               "spacing as a number or a NumPy array")
+    if edge_order not in (1, 2):
+        raise ValueError("'edge_order' greater than 2 not supported")
+    if F._dtype_of(f).kind not in "fc":
+        f = F.cast(f, np.float64)
+    dt = F._dtype_of(f)
+    outs = []
+    for ax, h in zip(axes, spacing):
+        n = shape[ax]
+        if n < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                             "at least (edge_order + 1) elements are required.")
+        outs.append(_gradient_axis(f, ax, n, h, edge_order, dt))
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _gradient_axis(f, ax, n, h, edge_order, dt):
+    def part(start, stop):
+        return C._slice(f, ax, start, stop)
+
+    def col(v, start, stop):
+        """a constant coefficient per position along ax, shaped to broadcast"""
+        v = np.asarray(v, dt)[start:stop] if np.ndim(v) else np.asarray(v, dt)
+        if np.ndim(v) == 0:
+            return v
+        return v.reshape((-1,) + (1,) * (len(F._shape_of(f)) - ax - 1))
+    if np.ndim(h) == 0:
+        h = float(h)
+        inner = F.div(F.sub(part(2, n), part(0, n - 2)), 2.0 * h)
+        if edge_order == 1:
+            first = F.div(F.sub(part(1, 2), part(0, 1)), h)
+            last = F.div(F.sub(part(n - 1, n), part(n - 2, n - 1)), h)
+        else:
+            first = F.div(F.add(F.add(F.mul(part(0, 1), -1.5), F.mul(part(1, 2), 2.0)),
+                                F.mul(part(2, 3), -0.5)), h)
+            last = F.div(F.add(F.add(F.mul(part(n - 3, n - 2), 0.5),
+                                     F.mul(part(n - 2, n - 1), -2.0)),
+                               F.mul(part(n - 1, n), 1.5)), h)
+    else:
+        x = np.asarray(h, np.float64)
+        if x.ndim != 1 or len(x) != n:
+            raise ValueError("when 1d, distances must match the length of the corresponding "
+                             "dimension")
+        d = np.diff(x)
+        dx1, dx2 = d[:-1], d[1:]
+        a = -dx2 / (dx1 * (dx1 + dx2))
+        b = (dx2 - dx1) / (dx1 * dx2)
+        c = dx1 / (dx2 * (dx1 + dx2))
+        inner = F.add(F.add(F.mul(part(0, n - 2), col(a, 0, None)),
+                            F.mul(part(1, n - 1), col(b, 0, None))),
+                      F.mul(part(2, n), col(c, 0, None)))
+        if edge_order == 1:
+            first = F.div(F.sub(part(1, 2), part(0, 1)), dt.type(d[0]))
+            last = F.div(F.sub(part(n - 1, n), part(n - 2, n - 1)), dt.type(d[-1]))
+        else:
+            e1, e2 = d[0], d[1]
+            a0, b0 = -(2. * e1 + e2) / (e1 * (e1 + e2)), (e1 + e2) / (e1 * e2)
+            c0 = -e1 / (e2 * (e1 + e2))
+            first = F.add(F.add(F.mul(part(0, 1), dt.type(a0)), F.mul(part(1, 2), dt.type(b0))),
+                          F.mul(part(2, 3), dt.type(c0)))
+            e1, e2 = d[-2], d[-1]
+            a1, b1 = e2 / (e1 * (e1 + e2)), -(e2 + e1) / (e1 * e2)
+            c1 = (2. * e2 + e1) / (e2 * (e1 + e2))
+            last = F.add(F.add(F.mul(part(n - 3, n - 2), dt.type(a1)),
+                               F.mul(part(n - 2, n - 1), dt.type(b1))),
+                         F.mul(part(n - 1, n), dt.type(c1)))
+    return F.concatenate([first, inner, last], ax)
+
+
+def vander(x, N=None, increasing=False):
+    """np.vander: columns x**0, x**1, ... (reversed unless increasing), as running products.
+
+    >>> import numpy as np, adjit
+    >>> adjit.compile(np.vander, backend="numpy")(np.array([1., 2., 3.]))
+    array([[1., 1., 1.],
+           [4., 2., 1.],
+           [9., 3., 1.]])
+    """
+    if len(F._shape_of(x)) != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    n = len(F._shape_of(x)) and F._shape_of(x)[0]
+    N = n if N is None else int(N)
+    col = F.reshape(x, (-1, 1))
+    cols = [F.ones_like(col)] if N else []
+    for _ in range(1, N):
+        cols.append(F.mul(cols[-1], col))
+    if not increasing:
+        cols = cols[::-1]
+    return F.concatenate(cols, 1) if cols else F.reshape(F.zeros_like(col), (n, 0))

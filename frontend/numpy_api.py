@@ -226,10 +226,30 @@ def _norm(x, ord=None, axis=None, keepdims=False):
 
 
 def _average(a, axis=None, weights=None, returned=False, keepdims=False):
-    if returned or keepdims:
-        raise UnsupportedError("np.average(returned=, keepdims=) is not supported by adjit")
+    """np.average, with returned= (the average and the sum of the weights, broadcast to its
+    shape) and keepdims="""
+    if F._dtype_of(a).kind not in "fc":
+        a = F.cast(a, np.float64)
+    r, scl = _weighted_average(a, axis, weights)
+    if keepdims:
+        shape = F._shape_of(a)
+        axes = F._axes(a, axis)
+        kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        r = F.reshape(r, kept)
+        scl = F.reshape(scl, kept) if F._shape_of(scl) else scl
+    if not returned:
+        return r
+    scl = F.broadcast_to(F.cast(scl, F._dtype_of(r)) if isinstance(scl, Tracer) else
+                         np.asarray(scl, F._dtype_of(r)), F._shape_of(r))
+    return r, F.mul(scl, 1) if isinstance(scl, Tracer) else np.array(scl)
+
+
+def _weighted_average(a, axis, weights):
+    """(average, sum of the weights)"""
     if weights is None:
-        return F.mean(a, axis)
+        r = F.mean(a, axis)
+        n = int(np.prod([F._shape_of(a)[i] for i in F._axes(a, axis)], dtype=np.int64))
+        return r, np.asarray(n, F._dtype_of(r))
     wshape = tuple(np.shape(weights)) if not hasattr(weights, "shape") else tuple(weights.shape)
     ashape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
     if wshape != ashape:
@@ -246,7 +266,8 @@ def _average(a, axis=None, weights=None, returned=False, keepdims=False):
             weights = F.transpose(weights, tuple(order))
         weights = F.reshape(weights, tuple(d if k in axes else 1
                                            for k, d in enumerate(ashape)))
-    return F.div(F.sum(F.mul(a, weights), axis), F.sum(F.mul(F.ones_like(a), weights), axis))
+    scl = F.sum(F.mul(F.ones_like(a), weights), axis)
+    return F.div(F.sum(F.mul(a, weights), axis), scl), scl
 
 
 def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
@@ -392,6 +413,29 @@ FUNCTIONS.update({
     np.shape: lambda a: F._shape_of(a), np.ndim: lambda a: len(F._shape_of(a)),
 })
 FUNCTIONS[np.empty_like] = FUNCTIONS[np.zeros_like]
+
+
+def _indices_from(name, make):
+    def fn(arr, *args, **kwargs):
+        shape = F._shape_of(arr)
+        if len(shape) < 2 or (name == "diag_indices_from" and len(set(shape)) != 1) or \
+                (name != "diag_indices_from" and len(shape) != 2):
+            raise ShapeError(f"np.{name}: the array of shape {tuple(shape)} is not a square "
+                             f"{'' if name == 'diag_indices_from' else '2-d '}array"
+                             f"{_at(user_where())}")
+        return make(shape, *args, **kwargs)
+    return fn
+
+
+# positions that depend on the shape alone (K[np.diag_indices_from(K)] += s ** 2)
+FUNCTIONS.update({
+    np.diag_indices_from: _indices_from("diag_indices_from",
+                                        lambda sh: np.diag_indices(sh[0], len(sh))),
+    np.triu_indices_from: _indices_from("triu_indices_from",
+                                        lambda sh, k=0: np.triu_indices(sh[-2], k, sh[-1])),
+    np.tril_indices_from: _indices_from("tril_indices_from",
+                                        lambda sh, k=0: np.tril_indices(sh[-2], k, sh[-1])),
+})
 # adjit's arrays are real (complex arguments are refused): the real part is the array, as
 # NumPy's np.real of a real array is a view of it, and the imaginary part is zero
 FUNCTIONS.update({np.real: lambda x: x, np.imag: F.zeros_like,
@@ -406,6 +450,7 @@ FUNCTIONS.update({
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
     np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted,
+    np.gradient: N.gradient, np.vander: N.vander,
     np.unravel_index: N.unravel_index,
     # a full sort meets partition's contract (the k-th element in place, none larger before
     # it): np.partition(x, k)[k] and sums of [:k] equal NumPy's, the order within may differ
@@ -945,6 +990,46 @@ def _taking_lists(orig):
     return fn
 
 
+class _Concatenator:
+    """np.r_ / np.c_ while tracing: items holding traced values are stacked into the trace
+    (np.r_[0.0, u, 0.0] for boundary values); anything else goes to NumPy's object."""
+
+    def __init__(self, orig, column):
+        self.orig, self.column = orig, column
+
+    def __getitem__(self, key):
+        items = key if isinstance(key, tuple) else (key,)
+        if not any(_holds_tracer(i) for i in items):
+            return self.orig[key]
+        name = "np.c_" if self.column else "np.r_"
+        parts, like = [], []
+        for it in items:
+            if isinstance(it, str):
+                raise UnsupportedError(f"{name} with a directive string {it!r}"
+                                       f"{_at(user_where())}; use np.concatenate or np.stack")
+            if isinstance(it, slice):
+                it = self.orig[it]            # a range: NumPy makes it
+            if isinstance(it, (list, tuple)) or isinstance(it, B.Buffer):
+                it = B.resolve(_from_nested(it, _originals["asarray"])) if \
+                    _holds_tracer(it) else np.asarray(it)
+            nd = len(F._shape_of(it))
+            if nd == 0:
+                it = F.reshape(it, (1,)) if isinstance(it, Tracer) else np.asarray([it])
+            if self.column and len(F._shape_of(it)) == 1:
+                it = F.reshape(it, (-1, 1)) if isinstance(it, Tracer) else it.reshape(-1, 1)
+            parts.append(it)
+            like.append(np.zeros(F._shape_of(it), F._dtype_of(it)) if nd or not _weak_number(
+                items[len(like)]) else items[len(like)])
+        # NumPy's dtype (Python numbers among arrays are weak in np.r_)
+        dt = self.orig[tuple(like) if len(like) > 1 else like[0]].dtype
+        r = F.concatenate(parts, -1 if self.column else 0)
+        return F.cast(r, dt) if F._dtype_of(r) != dt else r
+
+
+def _weak_number(v):
+    return isinstance(v, (int, float, bool)) and not isinstance(v, np.generic)
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
@@ -958,6 +1043,9 @@ def constructors_accept_tracers():
             for mod, name in _LIST_TAKERS:
                 _originals[(mod, name)] = getattr(mod, name)
                 setattr(mod, name, _taking_lists(_originals[(mod, name)]))
+            for name, column in (("r_", False), ("c_", True)):
+                _originals[name] = getattr(np, name)
+                setattr(np, name, _Concatenator(_originals[name], column))
         _patch_depth[0] += 1
     done = []
 
@@ -968,7 +1056,7 @@ def constructors_accept_tracers():
             done.append(True)
             _patch_depth[0] -= 1
             if _patch_depth[0] == 0:
-                for name in _CONSTRUCTORS + B._MAKERS:
+                for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))

@@ -32,8 +32,15 @@ def _ndmin2(x):
 def _cov_weights(w, what, nobs):
     """NumPy's checks of constant fweights / aweights, as float64."""
     if isinstance(w, Tracer):
-        raise UnsupportedError(f"np.cov(..., {what}=...) with traced weights{_at(user_where())};"
-                               f" the weights must be constant NumPy arrays")
+        # traced weights (a mixture model's responsibilities): their values cannot be checked
+        if what == "fweights":
+            raise UnsupportedError(f"np.cov(..., fweights=...) with traced weights"
+                                   f"{_at(user_where())}; frequency weights are integer "
+                                   "counts: pass them as a NumPy array, or use aweights=")
+        if w.ndim != 1 or w.shape[0] != nobs:
+            raise ShapeError(f"np.cov: {what} of shape {w.shape} do not fit {nobs} "
+                             f"observations{_at(user_where())}")
+        return w
     w = np.asarray(w, dtype=float)
     if what == "fweights" and not np.all(w == np.around(w)):
         raise ShapeError(f"np.cov: fweights must be integer{_at(user_where())}")
@@ -81,6 +88,14 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     if aweights is not None:
         aweights = _cov_weights(aweights, "aweights", nobs)
         w = aweights if w is None else w * aweights
+    if isinstance(w, Tracer):
+        w = F.cast(w, dtype)
+        w_sum = F.sum(w)
+        avg = F.div(F.sum(F.mul(X, w), axis=1), w_sum)
+        fact = w_sum if ddof == 0 else F.sub(w_sum, F.div(F.mul(ddof, F.sum(F.mul(w, w))),
+                                                            w_sum))
+        Xc = F.sub(X, F.reshape(avg, (-1, 1)))
+        return F.squeeze(F.div(F.matmul(Xc, F.transpose(F.mul(Xc, w))), fact))
     if w is None:
         avg, fact = F.mean(X, axis=1), nobs - ddof
     else:

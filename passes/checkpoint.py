@@ -31,7 +31,10 @@ from ..ir.graph import Graph, Where
 from .schedule import buffers, flops, kind, plan
 
 BACKWARD_ROLES = ("vjp of", "seed of")
-PASSENGER_SHARE = 8         # passengers may add at most 1/8 of the checkpoint's own bytes
+PASSENGER_SHARE = 8         # passengers may add at most 1/8 of the checkpoint's own bytes;
+WIDE_PASSENGER_SHARE = 1    # where that leaves fewer than two cut points, as much as the
+                            # checkpoint itself: a state of two arrays (a leapfrog's x and v)
+                            # then crosses as x with v beside it
 MAX_PASSENGERS = 16
 
 
@@ -173,10 +176,15 @@ def _analyze(g: Graph, scratch=None, every_input_data=False) -> _Analysis:
     storage = {n: alloc[base[n]] for n in nodes}
     a = _Analysis(g, back, free, floating, data, saved, storage, base, scratch=scratch)
     _find_candidates(a)
+    if a.m < 2:
+        strict = (a.chain, a.cross, dict(a.stage))
+        _find_candidates(a, WIDE_PASSENGER_SHARE)
+        if a.m <= len(strict[0]):
+            a.chain, a.cross, a.stage = strict
     return a
 
 
-def _find_candidates(a: _Analysis):
+def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
     """Candidates by bit sets over the data nodes; then collapse equivalent neighbours."""
     g, data = a.g, a.data
     idx = {n: i for i, n in enumerate(data)}
@@ -212,7 +220,7 @@ def _find_candidates(a: _Analysis):
             low = x & -x
             extra += a.storage[data[low.bit_length() - 1]]
             x ^= low
-        if extra * PASSENGER_SHARE > a.storage[c]:
+        if extra * share > a.storage[c]:
             continue
         if cands and not (desc[cands[-1]] >> idx[c]) & 1:
             continue         # not below the previous candidate: keep the segments nested
