@@ -59,7 +59,7 @@ def scratch_bytes(g, n, placed=None):
 # cheap ops outnumber the calls 4 to 1 stays a kernel (one pass over memory instead of many).
 _LIBM = {"tanh": 1.0, "log1p": 1.0, "expm1": 1.0, "arctan": 1.0, "arcsin": 1.0, "arccos": 1.0,
          "arcsinh": 1.0, "arccosh": 1.0, "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0,
-         "erfc": 1.0, "exp": 0.5, "log": 0.5}
+         "erfc": 1.0, "exp": 0.5, "log": 0.5, "exp2": 0.5, "cbrt": 1.0}
 # float32 tanh is adjit's own rational function in kernels (numba_helpers), which vectorises
 _OWN_F32 = frozenset(("tanh",))
 CHEAP_PER_CALL = 4

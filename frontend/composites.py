@@ -599,10 +599,6 @@ def _as_dtype(x, dt):
     return F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dtype=dt)
 
 
-def cbrt(x):
-    return F.mul(F.sign(x), F.power(F.abs(x), 1.0 / 3.0))
-
-
 # past |x| = 700 exp(x) / 2 is written exp(|x| - ln 2), which stays finite up to 710.47 as
 # NumPy's does (exp(x) alone overflows at 709.78); below, the usual forms keep full precision
 _BIG = 700.0

@@ -144,6 +144,8 @@ def neg(x):
     return _elementwise("neg", [x])
 def exp(x): return _elementwise("exp", [x], float_only=True)
 def expm1(x): return _elementwise("expm1", [x], float_only=True)
+def exp2(x): return _elementwise("exp2", [x], float_only=True)
+def cbrt(x): return _elementwise("cbrt", [x], float_only=True)
 def log(x): return _elementwise("log", [x], float_only=True)
 def log1p(x): return _elementwise("log1p", [x], float_only=True)
 def sin(x): return _elementwise("sin", [x], float_only=True)

@@ -90,6 +90,8 @@ TABLE = {
     "neg": _u(lambda x: -x),
     "exp": _u(np.exp),
     "expm1": _u(np.expm1),
+    "exp2": _u(np.exp2),
+    "cbrt": _u(np.cbrt, "away0"),
     "log": _u(np.log, "positive"),
     "log1p": _u(np.log1p, "gtm1"),
     "sin": _u(np.sin),
