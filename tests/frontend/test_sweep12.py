@@ -236,3 +236,23 @@ def test_checkpointing_a_state_of_two_arrays():
     assert ck.lower(x, v).memory.peak_bytes < plain.lower(x, v).memory.peak_bytes / 2
     for a, b in zip(ck(x, v), plain(x, v)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_special_function_accuracy():
+    sp = pytest.importorskip("scipy.special")
+    a = np.array([1e10, 1e15, 1e300, 25., 3., 0.5, 100., 50.])
+    b = np.array([2.5, 2.5, 1., 30., 4., 0.7, 1e-3, 50.])
+    np.testing.assert_allclose(adjit.compile(lambda a, b: sp.betaln(a, b))(a, b),
+                               sp.betaln(a, b), rtol=1e-13)
+    p = np.linspace(0.01, 0.99, 99, dtype=np.float32)
+    got = adjit.compile(lambda p: sp.logit(p))(p)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, sp.logit(p.astype(np.float64)), rtol=2e-7, atol=1e-12)
+    x = np.linspace(-12, 3, 50, dtype=np.float32)
+    np.testing.assert_allclose(adjit.compile(lambda x: sp.ndtr(x))(x),
+                               sp.ndtr(x.astype(np.float64)), rtol=2e-7)
+    for f in (np.exp2, np.cbrt):
+        for dt in (np.float32, np.float64):
+            x = np.array([-1000., -500.5, -27., 3., 10., 500.25], dt)
+            with np.errstate(over="ignore"):
+                np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
