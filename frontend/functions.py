@@ -120,7 +120,9 @@ def _elementwise(op, xs, dtype=None, float_only=False):
     if dt.kind == "c":
         _no_complex()
     if float_only and dt.kind not in "fc":
-        dt = np.result_type(dt, 1.0)
+        # NumPy's unary loops take the smallest float that holds the integers (np.sin of
+        # int8 is float16, of int16 float32); division and the rest float64
+        dt = np.result_type(dt, 1.0) if op == "div" else np.promote_types(dt, np.float16)
     shape = _broadcast_shape(op, [_shape_of(x) for x in xs])
     args = [broadcast_to(lift(x, dt, ctx), shape) for x in xs]
     out = ctx.emit(op, args)

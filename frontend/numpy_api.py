@@ -589,7 +589,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return _ufunc_at(ufunc, *inputs)
     if (method == "__call__" and not kwargs and ufunc.__name__ in _SCIPY_SPECIAL
             and getattr(np, ufunc.__name__, None) is not ufunc):
-        return _SCIPY_SPECIAL[ufunc.__name__](*inputs)
+        # SciPy's loops are float32 and float64: integers and booleans take float64
+        return _SCIPY_SPECIAL[ufunc.__name__](*[
+            F.cast(x, np.float64) if isinstance(x, Tracer) and x.dtype.kind in "biu" else x
+            for x in inputs])
     if getattr(np, ufunc.__name__, None) is not ufunc:
         _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
                            "another library)")
