@@ -211,7 +211,9 @@ def generate(g, fn_name="program", inplace=None, capture=False):
             continue
         if op == "input" or (n in runs and runs[n][0] != n):
             continue
-        if d["where"] is not None and d["where"].role.startswith("vjp") and not in_backward:
+        if not in_backward and any(g[r]["where"] is not None and
+                                   g[r]["where"].role.startswith("vjp")
+                                   for r in runs.get(n, [n])):
             items.append((["", "# backward"], set(), []))
             in_backward = True
         m.reads = set()

@@ -14,14 +14,12 @@ from . import fused_numpy
 from .fused_numpy import numpy_group, same_group
 
 
-def _is_backward(g, n) -> bool:
-    """Is node n backward work only (every instruction of a fused group a vjp)?"""
+def _has_backward(g, n) -> bool:
+    """Does node n do backward work (a vjp, or a fused group holding one)?"""
     d = g[n]
-    if d["where"] is None or not d["where"].role.startswith("vjp"):
-        return False
     if d["op"] != "fused":
-        return True
-    return all(i.where is not None and i.where.role.startswith("vjp")
+        return d["where"] is not None and d["where"].role.startswith("vjp")
+    return any(i.where is not None and i.where.role.startswith("vjp")
                for i in d["attrs"]["expr"] if i.op not in ("const", "broadcast_to"))
 
 
@@ -107,9 +105,9 @@ class Codegen:
                 self.expr[n] = self.arg(d["args"][0])
                 continue
             role = d["where"].role if d["where"] is not None else ""
-            if not in_backward and _is_backward(g, n):
-                # a fused group mixing the forward's last values with the backward's first
-                # is not backward (its comments say "vjp of" line by line)
+            if not in_backward and _has_backward(g, n):
+                # before the first backward work, also when a fused group holds the forward's
+                # last values and the backward's first (its comments say which, line by line)
                 body += ["", "# backward"]
                 in_backward = True
             if role.startswith("recompute") and role != recomputing:

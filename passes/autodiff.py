@@ -76,7 +76,11 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             if n not in cot or n not in need or not g.args(n):
                 continue
             d = g[n]
-            _name_cotangent(ctx, cot[n], d)
+            # the op, not the node id: later passes renumber nodes, the op stays true
+            w = d["where"].with_role(f"vjp of {d['op']}") if d["where"] else None
+            with where_override(w):
+                # the sum of n's cotangent parts is backward work for n's line, not the caller's
+                _name_cotangent(ctx, cot[n], d)
             rule = OPS[d["op"]].vjp
             todo = [a for a in g.args(n) if a in need]
             if not todo:
@@ -84,8 +88,6 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             if rule is None:
                 raise GradError(f"no vjp rule for op {d['op']!r} (at {d['where']}); add one to "
                                 f"OPS[{d['op']!r}] in ir/ops.py or stop the gradient there")
-            # the op, not the node id: later passes renumber nodes, the op stays true
-            w = d["where"].with_role(f"vjp of {d['op']}") if d["where"] else None
             op = OPS[d["op"]]
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
@@ -98,12 +100,14 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                     cot.add(a, ga, masked or (op.selects and _may_blow_up(g, a, blow)))
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
-            if i in cot:
-                _name_cotangent(ctx, cot[i], g[i])
-                grads.append(cot[i])
-            else:
-                # the output does not depend on this input: its gradient is truly zero
-                grads.append(F.zeros(t.shape, t.dtype))
+            w = g[i]["where"].with_role("vjp of input") if g[i]["where"] else None
+            with where_override(w):
+                if i in cot:
+                    _name_cotangent(ctx, cot[i], g[i])
+                    grads.append(cot[i])
+                else:
+                    # the output does not depend on this input: its gradient is truly zero
+                    grads.append(F.zeros(t.shape, t.dtype))
         for gi, t in zip(grads, [ins[p] for p in wrt]):
             assert gi.shape == t.shape, (gi.shape, t.shape)
     new = ctx.graph
