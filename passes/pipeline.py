@@ -4,6 +4,8 @@ Each step is a function from graph to graph; DEBUG=2 prints the IR after every p
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.verify import verify
 from .donation import normalize
 from .schedule import flops, schedule
@@ -50,10 +52,22 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
 
 
 def memory_report(g):
-    from ..backends.runtime import MemoryReport
+    from ..backends.runtime import MemoryReport, _shared_outputs
     s = g.meta["schedule"]
     fwd = sum(flops(g, n) for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
     ck = g.meta.get("checkpoints", {})
-    return MemoryReport(s.peak_bytes, s.live_bytes, list(s.order), dict(ck),
-                        g.meta.get("recomputed_flops", 0), fwd, s.peak_working_bytes,
-                        dict(g.meta.get("checkpoint_plan") or {}))
+    # after the generated code returns, the runtime copies results that are arguments,
+    # constants or one array returned twice (Program.run_flat): they join the results
+    copies = sum(_nbytes(g[g.outputs[i]]) for i in _shared_outputs(g))
+    # and a broadcast result is made a new array by the generated code (np.array of the view)
+    copies += sum(_nbytes(g[o]) for o in set(g.outputs) if g[o]["op"] == "broadcast_to")
+    live = list(s.live_bytes)
+    if copies:
+        live.append((live[-1] if live else 0) + copies)
+    return MemoryReport(max(s.peak_bytes, live[-1] if live else 0), live, list(s.order),
+                        dict(ck), g.meta.get("recomputed_flops", 0), fwd,
+                        s.peak_working_bytes, dict(g.meta.get("checkpoint_plan") or {}))
+
+
+def _nbytes(d):
+    return int(np.prod(d["shape"], dtype=np.int64)) * np.dtype(d["dtype"]).itemsize

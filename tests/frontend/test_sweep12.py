@@ -256,3 +256,22 @@ def test_special_function_accuracy():
             x = np.array([-1000., -500.5, -27., 3., 10., 500.25], dt)
             with np.errstate(over="ignore"):
                 np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
+
+
+def test_memory_estimate_counts_the_results_copies_and_broadcasts():
+    w4, x = [np.ones(65536) for _ in range(4)], np.ones(65536)
+    for f, args in ((adjit.grad(lambda ws: np.sum(ws[0] ** 2), backend="numpy"), (w4,)),
+                    (adjit.grad(lambda a, b: np.sum(a * 2), argnums=(0, 1), backend="numpy"),
+                     (x, x.copy())),
+                    (adjit.grad(lambda x: np.sum(x * 2), backend="numpy"), (x,)),
+                    (adjit.compile(lambda x: x, backend="numpy"), (x,))):
+        est, got = f.lower(*args).memory.peak_bytes, adjit.measure_peak_memory(f, *args)
+        assert abs(got - est) <= 0.02 * est + 4096, (est, got)
+
+
+def test_measuring_a_donated_step_updates_its_arguments_once():
+    f = adjit.compile(lambda w, x: w - 0.5 * x, donate_argnums=(0,), backend="numpy")
+    for exclude in (False, True):
+        w = np.ones(1000)
+        adjit.measure_peak_memory(f, w, np.ones(1000), exclude_results=exclude)
+        assert w[0] == 0.5
