@@ -101,8 +101,13 @@ def test_gradients_equal_store_all_bit_for_bit(fn, params, checkpoint, fuse):
     p, x = params(), data(8, 16)
     ref = adjit.grad(fn, backend="numpy", fuse=fuse)(p, x)
     c, prog = lowered(fn, p, x, checkpoint=checkpoint, fuse=fuse)
-    assert prog.graph.meta["checkpoint_plan"]["segments"] > 1, "no candidate was found"
-    assert prog.memory.recomputed_flops > 0
+    plan = prog.graph.meta["checkpoint_plan"]
+    if checkpoint == "sqrt" and "would not lower" in (plan["note"] or ""):
+        # adjit's own choice is dropped when it buys no memory (tiny nets)
+        assert prog.memory.recomputed_flops == 0 and plan["candidates"] > 0
+    else:
+        assert plan["segments"] > 1, "no candidate was found"
+        assert prog.memory.recomputed_flops > 0
     assert_identical(ref, c(p, x))
 
 
@@ -234,7 +239,7 @@ def test_parameters_entering_late_do_not_break_candidates():
         return np.mean(h * h)
     p, x = {"W": mlp_params(1, 8)["W0"], "b": mlp_params(1, 8)["b0"]}, data(4, 8)
     ref = adjit.grad(normed, backend="numpy")(p, x)
-    c, prog = lowered(normed, p, x, checkpoint="sqrt")
+    c, prog = lowered(normed, p, x, checkpoint=3)
     assert prog.graph.meta["checkpoint_plan"]["segments"] == 3
     assert any("parameters alone" in why for why in prog.memory.checkpoints.values())
     assert_identical(ref, c(p, x))

@@ -238,7 +238,10 @@ def test_plan_note_says_why_checkpointing_did_not_help():
     # nothing (known limitation: they are not yet moved into the segments that read them)
     p, xs = MODELS["rnn"][1]()
     m = adjit.grad(rnn, backend="numpy", checkpoint="sqrt").lower(p, xs).memory
-    assert "do not lower the static peak" in m.plan["note"]
+    assert "would not lower the static peak" in m.plan["note"]
+    assert m.recomputed_flops == 0 and "graph is unchanged" in m.plan["note"]
+    m = adjit.grad(rnn, backend="numpy", checkpoint=2).lower(p, xs).memory
+    assert "do not lower the static peak" in m.plan["note"] and m.recomputed_flops > 0
     p, x = mlp_params(6, 64), rand(2, 64)
     m = adjit.grad(relu_mlp, backend="numpy", memory_budget=2**30).lower(p, x).memory
     assert m.recomputed_flops == 0 and "fits the budget" in m.plan["note"]
