@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..ir.errors import ShapeError, UnsupportedError
+from ..ir.errors import GradError, ShapeError, UnsupportedError
 from . import functions as F
 from .linalg import _emit, _float, _mask, _traced, eigh_gaps, solve
 from .tracer import _at, user_where
@@ -56,37 +56,11 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     parts = [_emit("svd", [a], part=p) for p in ("U", "S", "Vh")]
     if full_matrices and m != n:
         # NumPy's default: the square factor on the longer side has columns (rows) that a
-        # does not determine. `u, s, vh = np.linalg.svd(a)` still works when only s and the
-        # determined factor are used; using the other one raises
+        # does not determine (a null space basis, `np.linalg.svd(A)[2][-1]`): its values are
+        # NumPy's; a gradient through it raises
         k = 0 if m > n else 2
-        parts[k] = Undetermined(
-            f"np.linalg.svd(a) of a {m} x {n} matrix{_at(user_where())}: its full "
-            f"{'U' if k == 0 else 'Vh'} has singular vectors that a does not determine (no "
-            "gradient); pass full_matrices=False for the reduced SVD, which reconstructs a "
-            "just the same")
+        parts[k] = _emit("svd", [a], part="Ufull" if k == 0 else "Vhfull")
     return SVDResult(*parts)
-
-
-class Undetermined:
-    """A result NumPy gives that adjit cannot: any use raises the error it was made with."""
-
-    def __init__(self, message):
-        self._message = message
-
-    def _refuse(self, *args, **kwargs):
-        raise UnsupportedError(self._message)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        self._refuse()
-
-    __array_ufunc__ = __array_function__ = __array__ = _refuse
-
-
-for _n in ("add", "sub", "mul", "truediv", "matmul", "pow", "getitem", "len", "iter", "neg",
-           "radd", "rsub", "rmul", "rtruediv", "rmatmul", "float", "bool"):
-    setattr(Undetermined, f"__{_n}__", Undetermined._refuse)
 
 
 def svdvals(x):
@@ -263,7 +237,16 @@ def _diag_part(x):
     return F.sum(F.mul(x, F.lift(np.eye(x.shape[-1]), x.dtype, x.ctx)), axis=-1)
 
 
+def _full_factor(part):
+    raise GradError(f"a gradient through the full {part[:-4]} of np.linalg.svd of a non-square "
+                    f"matrix{_at(user_where())}: its extra singular vectors are not "
+                    "determined by the matrix; use full_matrices=False (the reduced SVD "
+                    "reconstructs it just the same)")
+
+
 def svd_vjp(g, out, a, part):
+    if part.endswith("full"):
+        _full_factor(part)
     # a = U S Vh (Townsend 2016, real case), with F_ij = 1 / (s_j^2 - s_i^2), J = U^T U_bar,
     # K = Vh Vh_bar^T: a_bar = U [diag(s_bar) + (F o (J - J^T)) S + S (F o (K - K^T))] Vh
     #   + (I - U U^T) U_bar S^-1 Vh  (m > n)  + U S^-1 Vh_bar (I - Vh^T Vh)  (n > m)
@@ -287,6 +270,8 @@ def svd_vjp(g, out, a, part):
 
 
 def svd_jvp(t, out, a, part):
+    if part.endswith("full"):
+        _full_factor(part)
     # dS = U^T da V: ds = diag(dS), dU = U (F o (dS S + S dS^T)) + (I - U U^T) da V S^-1,
     # dV = V (F o (S dS + dS^T S)) + (I - V V^T) da^T U S^-1 (JAX's svd_jvp_rule)
     u, s, vh = svd(a, full_matrices=False)

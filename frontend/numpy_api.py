@@ -58,6 +58,9 @@ UFUNCS = {
 }
 _REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod}
 _ACCUMULATE = {np.add: F.cumsum, np.multiply: C.cumprod}
+_IDENTITY = {np.add: 0, np.multiply: 1, np.logical_or: False, np.logical_and: True,
+             np.logical_xor: False, np.logaddexp: -np.inf, np.logaddexp2: -np.inf,
+             np.hypot: 0}
 # associative and commutative binary ufuncs: .reduce folds pairwise, .accumulate scans
 _ASSOCIATIVE = {np.maximum, np.minimum, np.fmax, np.fmin, np.logaddexp, np.logaddexp2,
                 np.hypot, np.logical_and, np.logical_or, np.logical_xor}
@@ -542,6 +545,19 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     for k in ("casting", "order", "subok"):
         kwargs.pop(k, None)   # results are stored with the out array's dtype; layouts are free
     where = kwargs.pop("where", True)
+    if method == "reduce" and (where is not True or kwargs.get("initial") is not None):
+        # NumPy's where= selects the reduced elements (the rest count as the identity, or as
+        # initial= where the ufunc has none); initial= also joins the reduction
+        initial = kwargs.pop("initial", None)
+        fill = _IDENTITY.get(ufunc, initial)
+        if fill is None:
+            raise UnsupportedError(f"np.{ufunc.__name__}.reduce(..., where=...) needs "
+                                   f"initial=..., as in NumPy{_at(user_where())}")
+        x = inputs[0]
+        if where is not True:
+            x = F.where(where, x, fill)
+        r = array_ufunc(ufunc, method, (x,), kwargs)
+        return r if initial is None else array_ufunc(ufunc, "__call__", (r, initial), {})
     if where is not True and method == "__call__":
         # np.divide(1, x, out=z, where=x != 0): z where the mask is False (zeros without out=;
         # NumPy leaves those entries uninitialized)
@@ -926,6 +942,9 @@ def _install():
     for name in ("clip", "flatten", "round", "sum", "prod", "mean", "max", "min",
                  "cumsum", "cumprod", "repeat", "take", "dot"):
         setattr(T, name, _copied(getattr(T, name)))
+    for name in ("sum", "prod", "mean", "max", "min", "std", "var", "cumsum", "cumprod",
+                 "round", "dot", "clip", "argmax", "argmin"):
+        setattr(T, name, _method_out(name, getattr(T, name)))
     T.sort = lambda s, axis=-1, kind=None, order=None: _setitem(s, Ellipsis,
                                                                 C.sort(s, axis))
     T.fill = lambda s, value: _setitem(s, Ellipsis, value)
@@ -938,6 +957,18 @@ def _install():
                                        "adjit.where)")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
     T.itemsize = property(lambda s: s.dtype.itemsize)
+
+
+def _method_out(name, fn):
+    """x.sum(axis, out=c) as np.sum(x, axis, out=c): the result stored into c."""
+    np_fn = getattr(np, name)
+
+    @functools.wraps(fn)
+    def method(s, *args, **kwargs):
+        if kwargs.get("out") is not None:
+            return array_function(np_fn, (s,) + args, kwargs)
+        return fn(s, *args, **kwargs)
+    return method
 
 
 def _flat(s):

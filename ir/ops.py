@@ -764,7 +764,8 @@ def svd_shape(shapes, a):
     assert len(s) >= 2, f"expected (..., m, n), got {s}"
     m, n = s[-2:]
     k = min(m, n)
-    return tuple(s[:-2]) + {"U": (m, k), "S": (k,), "Vh": (k, n)}[a["part"]]
+    return tuple(s[:-2]) + {"U": (m, k), "S": (k,), "Vh": (k, n), "Ufull": (m, m),
+                            "Vhfull": (n, n)}[a["part"]]
 
 
 def qr_shape(shapes, a):
@@ -782,18 +783,29 @@ def _mnk(k):
 def _svd_code(args, a):
     if a["part"] == "S":
         return f"np.linalg.svd({args[0]}, compute_uv=False)"
-    return f"np.linalg.svd({args[0]}, full_matrices=False)[{_SVD_PARTS.index(a['part'])}]"
+    full = a["part"].endswith("full")
+    return f"np.linalg.svd({args[0]}, full_matrices={full})[{_svd_index(a['part'])}]"
+
+
+def _svd_index(part):
+    return _SVD_PARTS.index(part[:-4] if part.endswith("full") else part)
+
+
+def _svd_numpy(a, part):
+    if part == "S":
+        return np.linalg.svd(a, compute_uv=False)
+    return np.linalg.svd(a, full_matrices=part.endswith("full"))[_svd_index(part)]
 
 
 _register(OpDef(
     "svd", 1, "linalg", svd_shape, first_dtype,
-    lambda a, part: np.linalg.svd(a, compute_uv=False) if part == "S"
-    else np.linalg.svd(a, full_matrices=False)[_SVD_PARTS.index(part)],
+    _svd_numpy,
     lambda g, out, a, part: LD.svd_vjp(g, out, a, part),
     lambda t, out, a, part: LD.svd_jvp(t, out, a, part), _svd_code,
     flops=lambda out, ins, a: _mnk(4 if a["part"] == "S" else 12)(out, ins, a),
     doc="part 'U', 'S' (descending) or 'Vh' of the reduced SVD a = U S Vh; gradients of U "
-        "and Vh need distinct, nonzero singular values"))
+        "and Vh need distinct, nonzero singular values. 'Ufull' and 'Vhfull': the square "
+        "factors of the full SVD (values only: their extra vectors are not determined by a)"))
 _register(OpDef(
     "qr", 1, "linalg", qr_shape, first_dtype,
     lambda a, part: np.linalg.qr(a)[("Q", "R").index(part)],

@@ -60,17 +60,23 @@ def test_svd_result_has_numpy_field_names_and_compute_uv_false_gives_s():
     np.testing.assert_allclose(pv, rvh.T @ rvh, atol=1e-13)
 
 
-def test_full_matrices_is_allowed_for_square_and_its_extra_factor_refused_otherwise():
+def test_full_matrices_values_and_no_gradient_through_the_extra_vectors():
     a = _a((3, 3))
     u, s, vh = adjit.compile(np.linalg.svd, backend="numpy")(a)   # the default: full
     np.testing.assert_allclose((u * s) @ vh, a, atol=1e-13)
-    # non-square: s and the determined factor work; the full U of a tall a is refused on use
+    # non-square: s and the determined factor differentiate; the full factor has NumPy's
+    # values (a null space basis: np.linalg.svd(A)[2][-1]) and refuses a gradient
     g = adjit.grad(lambda a: np.sum(np.linalg.svd(a)[1]), backend="numpy")(_a((4, 3)))
     np.testing.assert_allclose(g, adjit.grad(lambda a: np.sum(np.linalg.svd(
         a, compute_uv=False)), backend="numpy")(_a((4, 3))))
-    with pytest.raises(adjit.UnsupportedError, match=r"4 x 3.*full U.*"
-                       r"full_matrices=False") as info:
-        adjit.grad(lambda a: np.sum(np.linalg.svd(a)[0] ** 2), backend="numpy")(_a((4, 3)))
+    for shape, k in (((4, 3), 0), ((3, 4), 2)):
+        got = adjit.compile(lambda a: np.linalg.svd(a)[k], backend="numpy")(_a(shape))
+        np.testing.assert_allclose(np.abs(got), np.abs(np.linalg.svd(_a(shape))[k]),
+                                   atol=1e-12)
+    null = adjit.compile(lambda a: np.linalg.svd(a)[2][-1], backend="numpy")(_a((3, 4)))
+    np.testing.assert_allclose(_a((3, 4)) @ null, 0, atol=1e-12)
+    with pytest.raises(adjit.GradError, match=r"full U.*full_matrices=False") as info:
+        adjit.grad(lambda a: np.sum(np.linalg.svd(a)[0] ** 3), backend="numpy")(_a((4, 3)))
     assert "test_linalg_decompositions.py:" in str(info.value)
 
 
