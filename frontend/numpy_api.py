@@ -1059,15 +1059,23 @@ def _accepting(orig):
 _LIST_TAKERS = tuple((np, n) for n in ("sum", "mean", "max", "min", "prod", "amax", "amin",
                                        "std", "var", "median", "average", "ptp", "cumsum",
                                        "cumprod", "sort", "diff", "any", "all", "argmax",
-                                       "argmin", "clip", "abs")) + ((np.linalg, "norm"),)
+                                       "argmin", "clip", "abs", "dot", "trapezoid", "interp",
+                                       "convolve", "correlate", "polyval", "roll", "outer",
+                                       "inner", "cross", "gradient", "nansum", "nanmean",
+                                       "cov", "quantile", "percentile", "ravel", "reshape",
+                                       "transpose", "flip", "tile", "repeat", "pad")
+                     if hasattr(np, n)) + ((np.linalg, "norm"),)
+assert len(set(_LIST_TAKERS)) == len(_LIST_TAKERS)
 
 
 def _taking_lists(orig):
+    """orig with positional arguments that are lists holding traced values stacked first
+    (np.dot([a, b], w), np.trapezoid(energies, dx=dt))."""
     @functools.wraps(orig)
-    def fn(a, *args, **kwargs):
-        if isinstance(a, (list, tuple)) and _holds_tracer(a):
-            a = _from_nested(a, _originals["asarray"])
-        return orig(a, *args, **kwargs)
+    def fn(*args, **kwargs):
+        args = [_from_nested(a, _originals["asarray"])
+                if isinstance(a, (list, tuple)) and _holds_tracer(a) else a for a in args]
+        return orig(*args, **kwargs)
     return fn
 
 

@@ -393,8 +393,14 @@ class Tracer:
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of a 0-d traced array")
+            raise TypeError(f"len() of unsized object (a 0-d traced array){_at(user_where())}, "
+                            "as in NumPy: a 0-d array has no length or items")
         return self.shape[0]
+
+    def __round__(self, ndigits=None):
+        """round(x, 2) of an array is np.round(x, 2), as in NumPy (an array, not a number)."""
+        from . import functions as F
+        return F.round_(self, ndigits or 0)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -427,7 +433,7 @@ class Tracer:
                 "values: make it float), or collect the values in a list and np.stack them.")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
-                      "traced array here, often inside a Python list: np.sum([a, b]) needs "
+                      "traced array here, often inside a Python list: np.exp([a, b]) needs "
                       "np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
                       "needs X @ W or np.dot(X, W); np.float64(x) or np.float32(x) of a traced "
                       "value is x.astype(np.float64); a NumPy array indexed by traced integers "
