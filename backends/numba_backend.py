@@ -306,9 +306,14 @@ def quiet_pedantic_checks():
 
 
 def _numba_types(g, args, nodes) -> bool:
-    """Can numba compile a kernel over these dtypes? (It has no float16: such groups run as
-    NumPy code, which computes float16 as NumPy does.)"""
-    return all(g[x]["dtype"] != np.float16 for x in list(args) + list(nodes))
+    """Can numba compile a kernel over these dtypes? (It has no float16 and no long double:
+    such groups run as NumPy code, which computes them as NumPy does.)"""
+    return all(g[x]["dtype"] in _NUMBA_DTYPES for x in list(args) + list(nodes))
+
+
+_NUMBA_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float32, np.float64))
 
 
 def build(g, fn_name="program", min_kernel_size=MIN_KERNEL_SIZE, parallel_size=PARALLEL_SIZE,
