@@ -174,7 +174,14 @@ def _reshape(a, *shape, order="C", **kw):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    # 'A' is Fortran order only for Fortran-contiguous arrays: adjit's are C-contiguous
+    # 'A' is Fortran order only for Fortran-contiguous arrays, 'K' the memory order: adjit's
+    # arrays are C-ordered unless a transpose made them (NumPy keeps the order of a transposed
+    # array through elementwise work: np.exp(x.T).ravel('K') reads x's order)
+    if order in ("A", "K") and isinstance(a, Tracer) and _transposed_upstream(a):
+        raise UnsupportedError(
+            f"reshape or ravel with order={order!r} of an array computed from a transposed one"
+            f"{_at(user_where())}: the result depends on the memory layout, which adjit does "
+            "not follow; write order='C' or order='F' (the layout NumPy would have)")
     if order == "F" and F._shape_of(a) and F._shape_of(a) != shape:
         # Fortran order: the C-order reshape of the reversed axes, reversed back
         r = F.reshape(F.transpose(a), tuple(reversed(shape)))
@@ -183,6 +190,25 @@ def _reshape(a, *shape, order="C", **kw):
         raise UnsupportedError(f"reshape with order={order!r}{_at(user_where())}")
     r = F.reshape(a, shape)
     return r.copy_() if kw.get("copy") and isinstance(r, Tracer) else r
+
+
+def _transposed_upstream(t):
+    """Is a transpose (or a reversing slice) among the values t is computed from?"""
+    g, todo, seen = t.ctx.graph, [t.id], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        d = g[n]
+        if d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(
+                range(len(d["attrs"]["perm"]))):
+            return True
+        if d["op"] == "slice" and any(isinstance(k, slice) and (k.step or 1) < 0
+                                      for k in d["attrs"]["index"]):
+            return True
+        todo.extend(g.args(n))
+    return False
 
 
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
@@ -1002,7 +1028,7 @@ def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):
 # np.array([t0, t1]) never reaches __array_function__: NumPy asks each element for __array__.
 # While any trace is active, numpy.array/asarray/... are wrapped so that sequences holding
 # tracers are stacked into the trace; everything else goes to NumPy unchanged.
-_CONSTRUCTORS = ("array", "asarray", "asanyarray", "ascontiguousarray")
+_CONSTRUCTORS = ("array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray")
 _patch_lock = threading.Lock()
 _patch_depth = [0]
 _originals = {}
@@ -1050,6 +1076,8 @@ def _accepting(orig):
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
                     kwargs.get("copy")))):
             return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
+        if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1:
+            return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
         return out
     return constructor
 

@@ -275,3 +275,24 @@ def test_measuring_a_donated_step_updates_its_arguments_once():
         w = np.ones(1000)
         adjit.measure_peak_memory(f, w, np.ones(1000), exclude_results=exclude)
         assert w[0] == 0.5
+
+
+def test_memory_orders_and_methods_with_out():
+    Y = np.arange(6.).reshape(2, 3)
+    for f in (lambda x: x.ravel(order="K"), lambda x: (x * 2).reshape(3, 2, order="A"),
+              lambda x: np.asfortranarray(x) * 2):
+        same(f, Y)
+    for f in (lambda x: x.T.ravel(order="K"), lambda x: np.exp(x.T).flatten("A")):
+        with pytest.raises(adjit.UnsupportedError, match="memory layout"):
+            adjit.compile(f)(Y)
+
+    def g(x):
+        c, d = np.zeros(3), np.zeros((2, 2))
+        x.sum(axis=0, out=c)
+        x.dot(x.T, out=d)
+        return c, d, np.add.reduce(x, axis=1, where=x > 1), np.add.reduce(x[0], initial=5.)
+    same(g, Y)
+    x = np.array([0.3, 1.2, -0.7, 2.0])
+    np.testing.assert_array_equal(adjit.grad(lambda x: np.add.reduce(x, where=x > 0))(x),
+                                  [1, 1, 0, 1])
+    same(lambda x: np.dot([x[0], x[1]], [x[1], x[2]]) + np.trapezoid([x[0], x[2]], dx=0.5), x)
