@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from ..ir.errors import GradError, ShapeError, UnsupportedError
+from ..ir.errors import GradError, OutOfBoundsError, ShapeError, UnsupportedError
 from ..ir.ops import OPS, _build_key
 from .buffer import Buffer, resolve
 from .tracer import Tracer, current, user_where, _at
@@ -290,7 +290,7 @@ def _norm_axes(axes, ndim, what):
     for a in axes:
         a = int(a)
         if not -ndim <= a < builtins.max(ndim, 1):
-            raise ShapeError(f"{what}: axis {a} is out of bounds for an array of dimension "
+            raise OutOfBoundsError(f"{what}: axis {a} is out of bounds for an array of dimension "
                              f"{ndim}{_at(user_where())}")
         out.append(a % builtins.max(ndim, 1))
     if len(set(out)) != len(out):
@@ -468,7 +468,7 @@ def _getitem(x, key):
                          f"{_at(user_where())}")
     for k, d in zip([k for k in key if k is not None], x.shape):
         if isinstance(k, int) and not -d <= k < d:
-            raise ShapeError(f"index {k} is out of bounds for axis of size {d} in an array "
+            raise OutOfBoundsError(f"index {k} is out of bounds for axis of size {d} in an array "
                              f"of shape {x.shape}{_at(user_where())}")
     if all(_full_slice(k) for k in key):
         return x
@@ -567,7 +567,7 @@ def advanced_key(x, key):
             if not isinstance(k, Tracer) and k.size and d is not None and (
                     k.min() < -d or k.max() >= d):
                 bad = k.max() if k.max() >= d else k.min()
-                raise ShapeError(f"index {bad} is out of bounds for axis {axis - 1} with size "
+                raise OutOfBoundsError(f"index {bad} is out of bounds for axis {axis - 1} with size "
                                  f"{d}{_at(user_where())}")
             tkey.append(("a", len(arrays)))
             arrays.append(k)

@@ -17,6 +17,11 @@ class ShapeError(AdjitError, ValueError):
     """Shapes or dtypes of operands do not fit the operation."""
 
 
+class OutOfBoundsError(ShapeError, IndexError):
+    """An index or axis outside the array: an IndexError too, as NumPy's are (its AxisError is
+    a ValueError and an IndexError), so `except IndexError` in traced code behaves the same."""
+
+
 class UnsupportedError(AdjitError, NotImplementedError):
     """A NumPy function or feature that adjit does not support."""
 
