@@ -72,6 +72,7 @@ class Compiled:
                  memory_budget=None, static_argnums=(), name=None, **backend_options):
         from ..passes.checkpoint import check_options
         checkpoint, memory_budget = check_options(checkpoint, memory_budget)
+        _check_options(fn, fuse, backend_options)
         self.fn = fn
         self._traced = traced or fn
         self.options = dict(backend=backend, fuse=fuse, checkpoint=checkpoint,
@@ -255,6 +256,33 @@ def compile_graph(g, Program, static_argnums=(), name="fn", backend="auto", fuse
 # options some backend's build() takes; the others ignore them, so one set of options works
 # whichever backend "auto" picks (cuda_graph only matters on a GPU)
 BACKEND_OPTIONS = {"cuda_graph", "donate_argnums", "min_kernel_size", "parallel_size"}
+
+
+_ALL_OPTIONS = ("backend", "fuse", "checkpoint", "memory_budget", "static_argnums",
+                "argnums", "has_aux") + tuple(sorted(BACKEND_OPTIONS))
+
+
+def _check_options(fn, fuse, options):
+    """Options checked when the function is wrapped, not at its first call."""
+    import difflib
+    if not callable(fn):
+        raise OptionError(f"adjit needs a function to compile, got {type(fn).__name__} "
+                          f"{fn!r:.60}")
+    for k in sorted(set(options) - BACKEND_OPTIONS):
+        near = difflib.get_close_matches(k, _ALL_OPTIONS, n=1)
+        raise OptionError(f"unknown compile option {k!r}" + (f"; did you mean {near[0]!r}?"
+                                                              if near else "") +
+                          f" (options: {', '.join(_ALL_OPTIONS)})")
+    if not isinstance(fuse, (bool, np.bool_)):
+        raise OptionError(f"fuse must be True or False, got {fuse!r}")
+    cg = options.get("cuda_graph")
+    if cg is not None and not isinstance(cg, (bool, np.bool_)):
+        raise OptionError(f"cuda_graph must be True, False or None, got {cg!r}")
+    d = options.get("donate_argnums", ())
+    nums = d if isinstance(d, (tuple, list)) else (d,)
+    if any(not isinstance(k, (int, np.integer)) or isinstance(k, bool) for k in nums):
+        raise OptionError(f"donate_argnums must be an int or a tuple of ints (argument "
+                          f"positions), got {d!r}")
 
 
 def _backend_options(be, options):
