@@ -9,6 +9,7 @@ import hashlib
 import keyword
 import linecache
 import re
+import unicodedata
 
 import numpy as np
 
@@ -18,8 +19,12 @@ RESERVED = {"np", "math", "numba", "cupy", "cp", "prange", "None", "True", "Fals
 
 
 def ident(raw, fallback="a") -> str:
-    """A Python identifier derived from a user string (argument name, dict key, path)."""
-    s = re.sub(r"\W+", "_", str(raw), flags=re.ASCII).strip("_")
+    """A Python identifier derived from a user string (argument name, dict key, path): its
+    word characters (letters of any script: a user's α stays α, NFKC-normalized as Python
+    reads identifiers), the rest replaced by _."""
+    s = re.sub(r"\W+", "_", unicodedata.normalize("NFKC", str(raw))).strip("_")
+    if s and not s.isidentifier():
+        s = re.sub(r"\W+", "_", s, flags=re.ASCII).strip("_")
     if not s:
         s = fallback
     if s[0].isdigit():

@@ -78,7 +78,7 @@ class Compiled:
         self.options = dict(backend=backend, fuse=fuse, checkpoint=checkpoint,
                             memory_budget=memory_budget, **backend_options)
         self.static_argnums = _static(static_argnums, fn)
-        self.__name__ = name or getattr(fn, "__name__", "fn")
+        self.__name__ = name or _fn_name(fn)
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
         self._cache = {}
@@ -361,7 +361,13 @@ def _n_arg_inputs(g):
 
 
 def _fn_name(fn):
-    return getattr(fn, "__name__", "fn")
+    """The name the user knows fn by: a partial's function, a callable object's class."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__name__", None)
+    if name is None and callable(fn):
+        name = type(fn).__name__
+    return name or "fn"
 
 
 def _defined_at(fn):
