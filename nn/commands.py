@@ -5,6 +5,7 @@ fix (data, arguments, a diverging run) print one `adjit <command>: error: ...` l
 and return 1; they never surface as tracebacks from generated code.
 """
 
+import functools
 import importlib.util
 import inspect as pyinspect
 import math
@@ -289,12 +290,24 @@ def _load_function(target):
         raise ValueError(f"{path} could not be imported: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(file.parent))
-    fn = getattr(module, name, None)
-    if not callable(fn):
+    fn = module
+    for part in name.split("."):     # FILE.py:Model.loss, FILE.py:model.loss
+        fn = getattr(fn, part, None)
+    if not callable(fn) or isinstance(fn, type):
         found = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
-                 and getattr(v, "__module__", None) == module.__name__]
+                 and not isinstance(v, type) and (getattr(v, "__module__", None) ==
+                                                  module.__name__ or hasattr(v, "lower")
+                                                  or isinstance(v, functools.partial))]
         raise ValueError(f"{path} has no function {name!r} (functions there: "
-                         f"{', '.join(found) or 'none'})")
+                         f"{', '.join(found) or 'none'}; a method is named Class.method)")
+    if not hasattr(fn, "__name__"):
+        inner = fn
+        while isinstance(inner, functools.partial):
+            inner = inner.func
+        try:
+            fn.__name__ = getattr(inner, "__name__", name.split(".")[-1])
+        except (AttributeError, TypeError):
+            pass
     return fn
 
 
@@ -340,24 +353,25 @@ def _user_args(fn, specs):
         name, eq, spec = item.partition("=")
         if not eq or not name.strip():
             raise ValueError(f"--arg {item!r}: expected NAME=SPEC, e.g. x=float32[128,784]")
-        head, dot, key = name.strip().partition(".")
-        if dot and not key:
+        path = name.strip().split(".")
+        if any(not part for part in path):
             raise ValueError(f"--arg {item!r}: expected NAME.KEY=SPEC after the dot, e.g. "
-                             f"{head}.W=float32[10,784]")
+                             f"{path[0]}.W=float32[10,784]")
         value = parse_spec(spec, seed=k)
-        if key:
-            if head in values and not isinstance(values[head], dict):
+        node = values
+        for depth, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                head = ".".join(path[:depth + 1])
                 raise ValueError(f"--arg {item!r}: {head} was already given as one array; "
                                  f"give either {head}=SPEC or {head}.KEY=SPEC entries")
-            if key in values.setdefault(head, {}):
-                raise ValueError(f"--arg {item!r}: {name.strip()} is given twice")
-            values[head][key] = value
-        else:
-            if head in values:
-                what = "given twice" if not isinstance(values[head], dict) else \
-                    f"already given as {head}.KEY entries"
-                raise ValueError(f"--arg {item!r}: {head} is {what}")
-            values[head] = value
+            node = child
+        if path[-1] in node:
+            what = "given twice" if not isinstance(node[path[-1]], dict) else \
+                f"already given as {name.strip()}.KEY entries"
+            raise ValueError(f"--arg {item!r}: {name.strip()} is {what}")
+        node[path[-1]] = value
+    values = {k: _lists(v) for k, v in values.items()}
     params = [p for p in pyinspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params]
@@ -374,6 +388,16 @@ def _user_args(fn, specs):
     used = params[:last + 1]
     return [values[p.name] if p.name in values else p.default for p in used], \
         [p.name for p in used]
+
+
+def _lists(v):
+    """Entries keyed 0, 1, ... (--arg ws.0=... --arg ws.1=...) become a list."""
+    if not isinstance(v, dict):
+        return v
+    v = {k: _lists(x) for k, x in v.items()}
+    if v and all(k.isdigit() for k in v) and sorted(int(k) for k in v) == list(range(len(v))):
+        return [v[str(i)] for i in range(len(v))]
+    return v
 
 
 def _user_program(args):
