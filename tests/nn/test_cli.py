@@ -162,7 +162,7 @@ def test_inspect_a_user_function(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     ([], "nothing to inspect"),
-    (["{f}:nothere"], "has no function 'nothere' (functions there: loss, double)"),
+    (["{f}:nothere"], "has no function 'nothere' (functions there: loss, double;"),
     (["{f}:loss", "--arg", "X=float32[2,5]"], "needs --arg for params, y"),
     (["{f}:loss", "--arg", "Z=float32[2]"], "has no argument 'Z'"),
     (["{f}:double", "--arg", "x=float99[2]"], "unknown dtype"),
