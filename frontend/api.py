@@ -292,6 +292,11 @@ def _backend_options(be, options):
         from ..ir.errors import AdjitError
         raise AdjitError(f"unknown compile option {', '.join(unknown)}; backend options are "
                          f"{', '.join(sorted(BACKEND_OPTIONS))}")
+    if options.get("cuda_graph") and be.NAME != "cupy":
+        import warnings
+        from ..ir.errors import AdjitWarning
+        warnings.warn(f"cuda_graph=True has no effect on the {be.NAME} backend (CUDA graphs "
+                      "are for backend='cupy' on a GPU)", AdjitWarning, stacklevel=4)
     params = inspect.signature(be.build).parameters
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
         return dict(options)

@@ -109,8 +109,9 @@ def test_misspelt_compile_option_is_refused():
         adjit.compile(lambda x: x * 2, backend="numpy", cuda_grpah=True)(np.ones(2))
 
 
-def test_gpu_only_option_is_ignored_on_the_cpu():
-    out = adjit.compile(lambda x: x * 2, backend="numba", cuda_graph=True)(np.ones(2))
+def test_gpu_only_option_is_ignored_on_the_cpu_with_a_warning():
+    with pytest.warns(adjit.AdjitWarning, match="no effect on the numba backend"):
+        out = adjit.compile(lambda x: x * 2, backend="numba", cuda_graph=True)(np.ones(2))
     np.testing.assert_array_equal(out, [2.0, 2.0])
 
 
