@@ -105,7 +105,8 @@ def test_hostile_argument_name_in_printed_ir_is_one_line():
 
 
 def test_misspelt_compile_option_is_refused():
-    with pytest.raises(adjit.AdjitError, match="unknown compile option 'cuda_grpah'; did you mean 'cuda_graph'"):
+    with pytest.raises(adjit.AdjitError,
+                       match="unknown compile option 'cuda_grpah'; did you mean 'cuda_graph'"):
         adjit.compile(lambda x: x * 2, backend="numpy", cuda_grpah=True)(np.ones(2))
 
 
