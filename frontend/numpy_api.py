@@ -9,6 +9,7 @@ import functools
 import inspect
 import math
 import threading
+import warnings
 
 import numpy as np
 
@@ -1147,6 +1148,23 @@ def _weak_number(v):
     return isinstance(v, (int, float, bool)) and not isinstance(v, np.generic)
 
 
+_RANDOM = ("rand", "randn", "random", "random_sample", "uniform", "normal", "choice",
+           "permutation", "shuffle", "binomial", "poisson", "randint", "standard_normal",
+           "exponential", "beta", "gamma", "default_rng", "seed")
+
+
+def _warning_random(orig, name):
+    @functools.wraps(orig)
+    def fn(*args, **kwargs):
+        from ..ir.errors import AdjitWarning
+        warnings.warn(f"np.random.{name} inside a traced function{_at(user_where())} draws "
+                      "once, while adjit traces: every call of the compiled function reuses "
+                      "those numbers (as in JAX). Pass random numbers (a dropout mask, noise) "
+                      "in as arguments", AdjitWarning, stacklevel=2)
+        return orig(*args, **kwargs)
+    return fn
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
@@ -1163,6 +1181,9 @@ def constructors_accept_tracers():
             for name, column in (("r_", False), ("c_", True)):
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _Concatenator(_originals[name], column))
+            for name in _RANDOM:
+                _originals[("random", name)] = getattr(np.random, name)
+                setattr(np.random, name, _warning_random(_originals[("random", name)], name))
         _patch_depth[0] += 1
     done = []
 
@@ -1175,6 +1196,8 @@ def constructors_accept_tracers():
             if _patch_depth[0] == 0:
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
+                for name in _RANDOM:
+                    setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))
     return restore
