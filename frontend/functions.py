@@ -58,6 +58,12 @@ def lift(x, dtype, ctx=None):
         return cast(x, dtype)
     ctx = ctx or current()
     with_ctx = ctx if ctx is not None else current()
+    dtype = np.dtype(dtype)
+    if type(x) is int and dtype.kind in "iu" and not (
+            np.iinfo(dtype).min <= x <= np.iinfo(dtype).max):
+        # NumPy 2: int8_array + 300 raises rather than wrapping
+        raise OverflowError(f"Python integer {x} out of bounds for {dtype}"
+                            f"{_at(user_where())}")
     # a copy: NumPy arrays the function writes into later keep the value they had here
     value = np.array(x, dtype=dtype)
     if value.dtype.kind == "c":

@@ -38,6 +38,10 @@ def leaf_spec(leaf, what):
         from .functions import _is_weak
         return leaf.shape, leaf.dtype, _is_weak(leaf)
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+        if isinstance(leaf, int) and not isinstance(leaf, bool) and \
+                not -2**63 <= leaf < 2**64:
+            raise OverflowError(f"argument {what} is the Python integer {leaf}, beyond int64 "
+                                "and uint64; pass it as a float")
         return (), np.asarray(leaf).dtype, True
     if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray
         return tuple(leaf.shape), np.dtype(leaf.dtype), False
