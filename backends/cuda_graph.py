@@ -58,9 +58,12 @@ class GraphRunner:
         """One uncaptured run on buffers ins; donated results end up in their arguments."""
         outs = list(self.fn(*ins))
         donated = {id(ins[leaf]) for _, leaf in self.pairs}
-        for k, leaf in self.pairs:
-            if outs[k] is not ins[leaf] and id(_base(outs[k])) in donated:
-                outs[k] = outs[k].copy()  # a view of a buffer that another copy overwrites
+        for k, o in enumerate(outs):
+            # a result that is a donated argument, or a view of one, holds its old values:
+            # copied before the updates below overwrite the buffer (`return p - lr * g, p`)
+            if (k not in self._donated or o is not ins[dict(self.pairs)[k]]) and \
+                    (id(o) in donated or id(_base(o)) in donated):
+                outs[k] = o.copy()
         for k, leaf in self.pairs:
             if outs[k] is not ins[leaf]:
                 ins[leaf][...] = outs[k]
@@ -109,6 +112,8 @@ def _can_write_in_place(g, o, i, kernel):
     sched = g.meta["schedule"]
     if o == i or not _is_kernel(g, o):
         return False
+    if any(x != o and (x == i or sched.base.get(x) == i) for x in g.outputs):
+        return False   # another result is the argument or a view of it: it keeps the old values
     if g[o]["op"] == "fused" and g[o]["attrs"]["outputs"][g[o]["attrs"]["output"]][1]:
         return False   # a reduction
     step = {n: s for s, n in enumerate(sched.order)}

@@ -43,6 +43,14 @@ class Buffer(np.ndarray):
     def __reduce__(self):  # pickles as the plain array it stands for
         return np.asarray(resolve(self)).__reduce__()
 
+    def __copy__(self):
+        """copy.copy: a copy of the current value (traced values included)."""
+        tv = traced_value(self)
+        return tv.copy_() if tv is not None else Buffer(self.view(np.ndarray))
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
     # -- reading ---------------------------------------------------------------------------
     def __getattribute__(self, name):
         if name[:1] == "_" or name in _PLAIN_ATTRS:
@@ -120,7 +128,10 @@ class Buffer(np.ndarray):
                 kwargs = dict(kwargs)
                 del kwargs["out"]
                 (target,) = out
+                where = kwargs.pop("where", True)
                 r = getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)
+                if where is not True:   # elsewhere the out array keeps its values
+                    r = np.where(resolve(where), r, resolve(target))
                 target[...] = r
                 return target
             return getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)

@@ -591,8 +591,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         out = kwargs.pop("out", None)
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         r = array_ufunc(ufunc, method, inputs, kwargs)
-        rest = F.zeros_like(r) if target is None else F.cast(target, F._dtype_of(r)) \
-            if isinstance(target, Tracer) else np.asarray(target, F._dtype_of(r))
+        target_value = B.resolve(target) if target is not None else None
+        rest = F.zeros_like(r) if target is None else F.cast(target_value, F._dtype_of(r)) \
+            if isinstance(target_value, Tracer) else np.asarray(target_value, F._dtype_of(r))
         r = F.where(where, r, rest)
         return r if target is None else array_ufunc(np.positive, "__call__", (r,),
                                                     {"out": out})
