@@ -393,8 +393,9 @@ def build(g, fn_name="program", cuda_graph=False, donate_argnums=(), runtime=Non
     donate_argnums = tuple(donate_argnums) if not isinstance(donate_argnums, int) \
         else (donate_argnums,)
     if donate_argnums and not cuda_graph:
-        raise AdjitError("donate_argnums needs cuda_graph=True: only a captured program owns "
-                         "buffers it can update in place")
+        # only a captured program owns buffers it can update in place: uncaptured, results
+        # are new arrays (README's portable adjit.compile(step, donate_argnums=...) runs)
+        donate_argnums = ()
     from .cuda_graph import GraphRunner, donation
     from .cupy_runtime import CupyRuntime, device_ops
     rt = runtime or CupyRuntime()

@@ -46,8 +46,15 @@ def const(value, dtype=None):
     return ctx.emit("const", [], {"value": value, "dtype": value.dtype})
 
 
+def _from_device(x):
+    """A CuPy array the function reads from a global or a closure: baked in as a constant,
+    as NumPy ones are (its values copied to the host once, when the function is traced)."""
+    return x.get() if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get") else x
+
+
 def lift(x, dtype, ctx=None):
     """A Tracer for x with the given dtype (constants are folded to that dtype)."""
+    x = _from_device(x)
     if isinstance(x, Buffer):
         x = resolve(x)  # a NumPy array made in the function that traced values were stored in
     if isinstance(x, (list, tuple)):
@@ -96,6 +103,7 @@ def _is_weak(x):
 
 
 def _dtype_part(x):
+    x = _from_device(x)
     if isinstance(x, Tracer):
         if _is_weak(x):
             # a Python scalar argument stays weak, as it would be in untraced NumPy code

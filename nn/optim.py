@@ -71,7 +71,7 @@ class Optimizer:
         if lr is not None and not 0 <= float(lr) < np.inf:   # 0 is fine: a warm-up's start
             raise ValueError(f"{type(self).__name__}: the learning rate for this step must be "
                              f">= 0 and finite, got {lr} (from lr= or the lr_schedule)")
-        return np.asarray(self.lr if lr is None else lr, np.float64)
+        return np.asarray(self.lr if lr is None else float(lr), np.float64)  # a CuPy 0-d too
 
     def lower(self, params, grads, state):
         """The Program of the update for these shapes (source, IR, memory)."""

@@ -127,7 +127,7 @@ class Trainer:
 
     def _check_data(self, X, y, name):
         """DataError unless (X, y) is a set this trainer can use (labels in range, ...)."""
-        y = np.asarray(y)
+        X, y = _host(X), _host(y)     # CuPy arrays are checked on a host copy
         value_targets = self.target_kind(y) != "classes" and not (
             self.loss_fn is softmax_cross_entropy and y.ndim == 1)   # float labels: say so
         D.check_dataset(X, y, None if value_targets else _classes(self.model, y), name=name)
@@ -273,15 +273,17 @@ class Trainer:
         return params, state, history
 
     def _as_model_dtype(self, X):
-        X = np.asarray(X)
-        if X.dtype == np.uint8:
+        X = X if hasattr(X, "__cuda_array_interface__") else np.asarray(X)   # CuPy stays
+        if X.dtype == np.uint8 and hasattr(X, "__cuda_array_interface__"):
+            X = X.reshape(len(X), -1).astype(np.float32) / np.float32(255)   # as D.to_float
+        elif X.dtype == np.uint8:
             X = D.to_float(X)
         dt = getattr(self.model, "dtype", None)
         return X if dt is None or X.dtype == dt else X.astype(dt)
 
     def _targets_as_model_dtype(self, y):
         # float targets (mse, binary, probabilities) would promote a float32 loss to float64
-        y = np.asarray(y)
+        y = y if hasattr(y, "__cuda_array_interface__") else np.asarray(y)
         dt = getattr(self.model, "dtype", None)
         return y.astype(dt) if dt is not None and y.dtype.kind == "f" else y
 
@@ -384,3 +386,7 @@ def load_params(path):
         params = {k[6:]: npz[k] for k in npz.files if k.startswith("param/")}
         meta = {k[5:]: npz[k] for k in npz.files if k.startswith("meta/")}
     return params, meta
+
+
+def _host(x):
+    return x.get() if hasattr(x, "__cuda_array_interface__") else np.asarray(x)

@@ -47,11 +47,20 @@ def test_auto_never_picks_cupy_without_a_gpu():
         registry.resolve("cupy")
 
 
-def test_donate_argnums_needs_cuda_graph():
+def test_donate_argnums_without_cuda_graph_gives_new_arrays(host):
+    """README's portable adjit.compile(step, donate_argnums=...) runs uncaptured on a GPU:
+    only a captured program owns buffers to update, so the results are new arrays."""
     p, X, y = small_problem()
-    g = pipeline(adjit.compile(sgd_step, backend="numpy"), p, X, y, np.float32(0.1))
-    with pytest.raises(AdjitError, match="cuda_graph"):
-        cupy_backend.build(g, "step", donate_argnums=(0,), runtime=object())
+    args = (p, X, y, np.float32(0.1))
+    want = adjit.compile(sgd_step, backend="numpy")(*args)
+    prog = lower(adjit.compile(sgd_step, backend="numpy"), *args, runtime=host,
+                 donate_argnums=(0,))
+    before = {k: v.copy() for k, v in p.items()}
+    got = prog(*args)
+    for k in p:
+        np.testing.assert_array_equal(p[k], before[k])
+    for a, b in zip(leaves(got), leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_donated_updates_are_written_in_place():

@@ -387,8 +387,9 @@ def _wrap(r, inputs):
 def _zero_d(r):
     if isinstance(r, np.generic):
         return np.array(r)
-    if isinstance(r, (tuple, list)):
-        return type(r)(_zero_d(v) for v in r)
+    if isinstance(r, (tuple, list)):   # NumPy's named results (SlogdetResult): plain tuples,
+        return type(r)(_zero_d(v) for v in r) if type(r) in (tuple, list) else \
+            tuple(_zero_d(v) for v in r)   # as CuPy gives
     return r
 
 
