@@ -182,7 +182,9 @@ def diff(x, n=1, axis=-1, prepend=None, append=None):
                 if _nd(p) == 0 else p for p in (append,) if p is not None]
         x = F.concatenate(parts + [x] + tail, ax)
     for _ in range(n):
-        x = F.sub(_slice(x, ax, 1, None), _slice(x, ax, None, -1))
+        # booleans differ where they change (np.diff uses not_equal for them)
+        step = F.ne if F._dtype_of(x) == np.bool_ else F.sub
+        x = step(_slice(x, ax, 1, None), _slice(x, ax, None, -1))
     return x
 
 
@@ -297,6 +299,10 @@ def fold(f, x, axis, keepdims, what):
     """f.reduce for an associative, commutative binary f: pairwise halving (log n levels)."""
     if axis is None:
         x, axis = F.ravel(x), 0
+    if isinstance(axis, (tuple, list)):   # several axes: one after another, the last first
+        for ax in sorted(F._axes(x, tuple(axis)), reverse=True):
+            x = fold(f, x, ax, keepdims, what)
+        return x
     nd = _nd(x)
     ax = _axis(axis, nd, what)
     n = _shape_of(x)[ax]
