@@ -133,7 +133,8 @@ def ctype(dtype) -> str:
     name = np.dtype(dtype).name
     if name not in CTYPES:
         raise KernelSourceError(f"dtype {name} has no C type in CuPy kernels "
-                                f"(supported: {', '.join(CTYPES)})")
+                                f"(supported: {', '.join(CTYPES)}); cast the arguments to "
+                                "float32 (x.astype(np.float32)) for the cupy backend")
     return CTYPES[name]
 
 
