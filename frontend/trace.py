@@ -121,6 +121,15 @@ def trace(fn, *args, static_argnums=()):
         try:
             out = fn(*call_args)
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
+            if isinstance(e, ValueError) and isinstance(e.__cause__, TraceError) and \
+                    "setting an array element" in str(e):
+                # NumPy's own message for NumPy_array[i] = traced: float() of the tracer failed
+                w = getattr(e.__cause__, "where", None)
+                raise TraceError(
+                    f"storing a traced value into a NumPy array made outside the function"
+                    f"{_at(w) if w else ''} (NumPy asked for its number): create the array "
+                    "inside the function (np.zeros(...)) and return it, or collect the values "
+                    "in a list and np.stack them") from e
             _name_the_library(e)
             raise
         _warn_mutated(before, fn)

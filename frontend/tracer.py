@@ -461,8 +461,10 @@ class Tracer:
                       "np.minimum instead of the builtins max / min), or make the argument "
                       "static (static_argnums=...) if it is a configuration value (a number "
                       "or a string: an array cannot be static, so branch on it with np.where).")
-        raise TraceError(f"{what} needs the value of a traced array, which is not known while "
+        err = TraceError(f"{what} needs the value of a traced array, which is not known while "
                          f"tracing{_at(w)}. {advice}")
+        err.where = w
+        raise err
 
     def __getattr__(self, name):
         # only reached for attributes a Tracer lacks: NumPy's array methods adjit does not
