@@ -585,7 +585,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             x = F.where(where, x, fill)
         r = array_ufunc(ufunc, method, (x,), kwargs)
         return r if initial is None else array_ufunc(ufunc, "__call__", (r, initial), {})
-    if where is not True and method == "__call__":
+    if where is not True and method != "__call__":
+        _unsupported(f"{ufunc.__name__}.{method} with where=")
+    if where is not True:
         # np.divide(1, x, out=z, where=x != 0): z where the mask is False (zeros without out=;
         # NumPy leaves those entries uninitialized)
         out = kwargs.pop("out", None)
