@@ -227,6 +227,13 @@ def pad(x, pad_width, mode="constant", **kw):
     out_shape = tuple(int(b) + d + int(a) for (b, a), d in zip(pw, shape))
     out = F.unslice(x, index, out_shape)
     cv = kw.get("constant_values", 0)
+    if isinstance(cv, Tracer):
+        if cv.ndim:
+            raise UnsupportedError(f"np.pad with traced per-axis constant_values"
+                                   f"{_at(user_where())}; pad with 0 and add each border")
+        # a traced value on the border: the border's mask (a constant) times it
+        border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=1)
+        return F.add(out, F.mul(F.cast(cv, x.dtype), border))
     if np.any(np.asarray(cv) != 0):
         border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=cv)
         out = F.add(out, border)

@@ -609,6 +609,8 @@ def traced_positions(x, key):
     unique = int(np.prod(bshape, dtype=np.int64)) <= 1  # x[np.argmax(x)] = 0: one position
     if len(arrays) == 1 and _is_permutation(arrays[0]):
         unique = True   # ranks[np.argsort(-s)] = np.arange(n): a permutation never repeats
+    elif not unique and _rows_of_permutations(arrays, bshape):
+        unique = True   # np.put_along_axis(z, np.argsort(x, axis=1), v, axis=1)
     if consts and not unique:
         rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
         unique = len(np.unique(rows, axis=0)) == rows.shape[0]
@@ -627,6 +629,28 @@ def _is_permutation(t):
             return False
         n = g.args(n)[0]
     return g[n]["op"] == "argsort" and len(g[g.args(n)[0]]["shape"]) == 1
+
+
+def _rows_of_permutations(arrays, bshape):
+    """One traced array, an argsort along some axis of an array of the key's shape, and
+    constant arrays that name the other axes' positions (the same along the argsort's axis,
+    different between rows): every selected position is distinct."""
+    traced = [a for a in arrays if isinstance(a, Tracer)]
+    if len(traced) != 1 or tuple(traced[0].shape) != tuple(bshape):
+        return False
+    g, n = traced[0].ctx.graph, traced[0].id
+    if g[n]["op"] != "argsort" or tuple(g[g.args(n)[0]]["shape"]) != tuple(bshape):
+        return False
+    ax = g[n]["attrs"]["axis"]
+    consts = [np.moveaxis(np.broadcast_to(a, bshape), ax, -1) for a in arrays
+              if not isinstance(a, Tracer)]
+    if not consts:
+        return bshape[:ax] + bshape[ax + 1:] == () or int(np.prod(
+            [d for i, d in enumerate(bshape) if i != ax], dtype=np.int64)) <= 1
+    if any(not (c == c[..., :1]).all() for c in consts):
+        return False
+    rows = np.stack([c[..., 0].reshape(-1) for c in consts], axis=1)
+    return len(np.unique(rows, axis=0)) == rows.shape[0]
 
 
 def _static_masks(key, shape):

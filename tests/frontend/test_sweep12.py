@@ -296,3 +296,27 @@ def test_memory_orders_and_methods_with_out():
     np.testing.assert_array_equal(adjit.grad(lambda x: np.add.reduce(x, where=x > 0))(x),
                                   [1, 1, 0, 1])
     same(lambda x: np.dot([x[0], x[1]], [x[1], x[2]]) + np.trapezoid([x[0], x[2]], dx=0.5), x)
+
+
+def test_rows_of_argsort_positions_and_traced_pad_value():
+    x = rng.normal(size=(3, 4))
+
+    def along(x):
+        z = np.zeros((3, 4))
+        np.put_along_axis(z, np.argsort(x, axis=1), np.arange(4.) * x, axis=1)
+        return z
+
+    def rows(x):
+        z = np.zeros((3, 4))
+        z[np.arange(3)[:, None], np.argsort(x, axis=1)] = x * 2
+        return z
+    for f in (along, rows, lambda x: np.pad(x[0], (2, 1), constant_values=x[1, 0] * 3)):
+        same(f, x)
+        assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
+
+    def repeats(x):   # every row's positions land in row 0: they may repeat
+        z = np.zeros((3, 4))
+        z[np.zeros((3, 1), int), np.argsort(x, axis=1)] = x
+        return z
+    with pytest.raises(adjit.UnsupportedError, match="may repeat"):
+        adjit.compile(repeats)(x)
