@@ -5,6 +5,8 @@ readable names (`params['W1']`).
 """
 from __future__ import annotations
 
+import collections
+
 LEAF = ("leaf",)
 
 
@@ -18,8 +20,10 @@ def flatten(tree, path="x"):
 def _flatten(t, path, leaves, paths):
     if isinstance(t, dict):
         keys = tuple(t.keys())
-        return ("dict", keys, tuple(_flatten(t[k], f"{path}[{k!r}]", leaves, paths)
-                                    for k in keys))
+        children = tuple(_flatten(t[k], f"{path}[{k!r}]", leaves, paths) for k in keys)
+        if isinstance(t, collections.OrderedDict):   # rebuilt as one, as JAX does
+            return ("dict", keys, children, collections.OrderedDict)
+        return ("dict", keys, children)
     if isinstance(t, tuple) and hasattr(t, "_fields"):
         return ("namedtuple", type(t), tuple(_flatten(v, f"{path}.{f}", leaves, paths)
                                              for f, v in zip(t._fields, t)))
@@ -47,7 +51,8 @@ def _unflatten(td, it):
     if kind == "none":
         return None
     if kind == "dict":
-        return {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
+        d = {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
+        return td[3](d) if len(td) > 3 else d
     if kind == "namedtuple":
         return td[1](*[_unflatten(c, it) for c in td[2]])
     children = [_unflatten(c, it) for c in td[2]]
