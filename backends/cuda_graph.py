@@ -35,7 +35,7 @@ class GraphRunner:
         self.fn, self.specs, self.rt, self.name = fn, list(specs), runtime, name
         self.pairs = list(pairs)
         self.in_place = set(in_place)
-        self._donated = {k for k, _ in pairs}
+        self._donated = dict(self.pairs)      # result index -> argument index
         self.mode = None          # "graph" once captured; "eager" if capture failed
         self.static_inputs = None
         self._graph = self._outs = self._keep = None
@@ -61,7 +61,7 @@ class GraphRunner:
         for k, o in enumerate(outs):
             # a result that is a donated argument, or a view of one, holds its old values:
             # copied before the updates below overwrite the buffer (`return p - lr * g, p`)
-            if (k not in self._donated or o is not ins[dict(self.pairs)[k]]) and \
+            if (k not in self._donated or o is not ins[self._donated[k]]) and \
                     (id(o) in donated or id(_base(o)) in donated):
                 outs[k] = o.copy()
         for k, leaf in self.pairs:

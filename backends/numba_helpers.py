@@ -115,22 +115,12 @@ def _rt_polygamma(n, x):
         return res + r
     f1 = fact / n                     # (n-1)!
     r = f1 / xf ** n + fact / (2 * xf ** (n + 1))
-    c = fact                          # (2k + n - 1)! / (2k)! built up step by step
+    c = fact * (n + 1) / 2            # (2k + n - 1)! / (2k)! at k = 1: (n + 1)! / 2
     for k in range(1, 8):
-        # (2k+n-1)!/(2k)! from (2k+n-3)!/(2k-2)!
-        c = c * (2 * k + n - 2) * (2 * k + n - 1) / ((2 * k - 1) * (2 * k)) if k > 1 else \
-            _first_coeff(n)
+        if k > 1:                     # (2k+n-1)!/(2k)! from (2k+n-3)!/(2k-2)!
+            c = c * (2 * k + n - 2) * (2 * k + n - 1) / ((2 * k - 1) * (2 * k))
         r += _B2K[k - 1] * c / xf ** (2 * k + n)
     return res + sign * r
-
-
-@numba.njit(inline="always", cache=True)
-def _first_coeff(n):
-    # (n + 1)! / 2! = (n + 1)! / 2
-    f = 1.0
-    for i in range(2, n + 2):
-        f *= i
-    return f / 2
 
 
 HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid",

@@ -142,9 +142,9 @@ def measure_peak_memory(fn, *args, exclude_results=False) -> int:
         if not hasattr(fn, "lower"):
             raise TypeError("measure_peak_memory(exclude_results=True) needs a function "
                             "compiled by adjit (its results are named in the generated code)")
-        names = _result_names(fn, _copies(args))
+        names = _result_names(fn, pytree.copy_arrays(args))
     elif hasattr(fn, "lower"):
-        fn(*_copies(args))      # compiles; on copies: a donated step updates its arguments
+        fn(*pytree.copy_arrays(args))   # compiles; on copies: a donated step updates them
     probe = _CupyProbe() if _uses_cupy(fn, args) else _HostProbe()
     with probe:
         if names is None:
@@ -154,13 +154,6 @@ def measure_peak_memory(fn, *args, exclude_results=False) -> int:
             out, peak = _traced_call(fn, args, probe, names)
     del out
     return int(peak)
-
-
-def _copies(args):
-    """args with every array leaf copied (the warm-up call of a donated step writes them)."""
-    leaves, tree, _ = pytree.flatten(list(args))
-    return pytree.unflatten(tree, [x.copy() if hasattr(x, "copy") and hasattr(x, "shape")
-                                   else x for x in leaves])
 
 
 def _uses_cupy(fn, args):

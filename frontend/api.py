@@ -287,11 +287,6 @@ def _check_options(fn, fuse, options):
 
 def _backend_options(be, options):
     import inspect
-    unknown = sorted(set(options) - BACKEND_OPTIONS)
-    if unknown:
-        from ..ir.errors import AdjitError
-        raise AdjitError(f"unknown compile option {', '.join(unknown)}; backend options are "
-                         f"{', '.join(sorted(BACKEND_OPTIONS))}")
     if options.get("cuda_graph") and be.NAME != "cupy":
         import warnings
         from ..ir.errors import AdjitWarning
@@ -644,14 +639,8 @@ def vjp(fn, *primals, has_aux=False, **compile_options):
     back = _cached("vjp" + ("_aux" if has_aux else ""), fn, make, compile_options)
     # the pullback belongs to these primals: a copy, so that the caller updating them in
     # place (or rebinding a dict entry) before calling vjp_fn does not move the point
-    vjp_fn = functools.partial(_call_vjp, back, _snapshot(tuple(primals)))
+    vjp_fn = functools.partial(_call_vjp, back, pytree.copy_arrays(tuple(primals)))
     return (out[0], vjp_fn, out[1]) if has_aux else (out, vjp_fn)
-
-
-def _snapshot(tree):
-    leaves, treedef, _ = pytree.flatten(tree)
-    return pytree.unflatten(treedef, [x.copy() if hasattr(x, "copy") and not isinstance(
-        x, Tracer) and not np.isscalar(x) else x for x in leaves])
 
 
 def _call_vjp(back, primals, cotangent):

@@ -277,7 +277,7 @@ _SEQUENTIAL = 32
 
 
 def cumprod(x, axis=None, dtype=None):
-    """Running product by doubling strides (log n products; exact gradients at zeros)."""
+    """Running product as a scan of products (exact gradients at zeros)."""
     if not isinstance(x, Tracer):
         return np.cumprod(x, axis=axis, dtype=dtype)
     if axis is None:
@@ -286,20 +286,7 @@ def cumprod(x, axis=None, dtype=None):
         x = F.cast(x, dtype)
     elif x.dtype.kind in "bui":
         x = F.cast(x, F.accumulator(x.dtype))
-    ax = _axis(axis, x.ndim, "cumprod")
-    n, k = x.shape[ax], 1
-    if 0 < n <= _SEQUENTIAL:
-        # left to right as NumPy multiplies: the same roundings, so the same under- and
-        # overflows ([1e-200, 1e-200, 1e200, 1e200] gives 0s, where the doubling gives inf * 0)
-        parts = [_slice(x, ax, 0, 1)]
-        for i in range(1, n):
-            parts.append(F.mul(parts[-1], _slice(x, ax, i, i + 1)))
-        return F.concatenate(parts, ax) if n > 1 else parts[0]
-    while k < n:
-        head = _slice(x, ax, 0, k)
-        x = F.mul(x, F.concatenate([F.ones_like(head), _slice(x, ax, 0, n - k)], ax))
-        k *= 2
-    return x
+    return scan(F.mul, x, axis, "cumprod")
 
 
 def fold(f, x, axis, keepdims, what):
@@ -326,8 +313,10 @@ def fold(f, x, axis, keepdims, what):
 
 
 def scan(f, x, axis, what):
-    """f.accumulate for an associative, commutative binary f (np.maximum.accumulate): left to
-    right up to 32 long, by doubling strides beyond (log n levels)."""
+    """f.accumulate for an associative, commutative binary f (cumprod, np.maximum.accumulate):
+    left to right up to 32 long, as NumPy goes, so with its roundings (a product's under- and
+    overflows: [1e-200, 1e-200, 1e200, 1e200] gives 0s, where doubling gives inf * 0); by
+    doubling strides beyond (log n levels)."""
     if axis is None:
         raise UnsupportedError(f"{what} with axis=None{_at(user_where())}; ravel first")
     if not isinstance(x, Tracer):
@@ -553,10 +542,13 @@ def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     return F.div(s, F.cast(count_nonzero(keep, axis, keepdims), F._dtype_of(s)))
 
 
-def _no_out(name, out):
+def _no_out(name, out, where=None):
     if out is not None:
         raise UnsupportedError(f"np.{name}(..., out=...) writes in place, which a traced "
-                               f"function returns instead{_at(user_where())}: use the result")
+                               f"function cannot do{_at(user_where())}; assign the result")
+    if where is not None:
+        raise UnsupportedError(f"np.{name}(..., where=...){_at(user_where())}; use "
+                               "np.where on the argument instead")
 
 
 def nanmax(x, axis=None, keepdims=False):

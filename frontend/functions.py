@@ -644,9 +644,8 @@ def _rows_of_permutations(arrays, bshape):
     ax = g[n]["attrs"]["axis"]
     consts = [np.moveaxis(np.broadcast_to(a, bshape), ax, -1) for a in arrays
               if not isinstance(a, Tracer)]
-    if not consts:
-        return bshape[:ax] + bshape[ax + 1:] == () or int(np.prod(
-            [d for i, d in enumerate(bshape) if i != ax], dtype=np.int64)) <= 1
+    if not consts:   # one row only
+        return int(np.prod([d for i, d in enumerate(bshape) if i != ax], dtype=np.int64)) <= 1
     if any(not (c == c[..., :1]).all() for c in consts):
         return False
     rows = np.stack([c[..., 0].reshape(-1) for c in consts], axis=1)

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from ..ir.errors import ShapeError, UnsupportedError
+from ..ir.errors import AdjitWarning, ShapeError, UnsupportedError
 from . import buffer as B
 from . import composites as C
 from .masked import Selection, same_mask
@@ -74,13 +74,7 @@ def _bitwise(sym, logical, x, y):
                            "adjit supports &, |, ^ and ~ on boolean masks only (and no shifts)")
 
 
-def _no_out(name, out, where=None):
-    if out is not None:
-        raise UnsupportedError(f"np.{name}(..., out=...) writes in place, which a traced "
-                               f"function cannot do{_at(user_where())}; assign the result")
-    if where is not None:
-        raise UnsupportedError(f"np.{name}(..., where=...){_at(user_where())}; use "
-                               "np.where on the argument instead")
+_no_out = C._no_out
 
 
 # -- reductions with NumPy's signatures (shared by the functions and the methods) -----------
@@ -1124,13 +1118,14 @@ class _Concatenator:
             return self.orig[key]
         name = "np.c_" if self.column else "np.r_"
         parts, like = [], []
-        for it in items:
+        for item in items:
+            it = item
             if isinstance(it, str):
                 raise UnsupportedError(f"{name} with a directive string {it!r}"
                                        f"{_at(user_where())}; use np.concatenate or np.stack")
             if isinstance(it, slice):
                 it = self.orig[it]            # a range: NumPy makes it
-            if isinstance(it, (list, tuple)) or isinstance(it, B.Buffer):
+            if isinstance(it, (list, tuple, B.Buffer)):
                 it = B.resolve(_from_nested(it, _originals["asarray"])) if \
                     _holds_tracer(it) else np.asarray(it)
             nd = len(F._shape_of(it))
@@ -1139,9 +1134,9 @@ class _Concatenator:
             if self.column and len(F._shape_of(it)) == 1:
                 it = F.reshape(it, (-1, 1)) if isinstance(it, Tracer) else it.reshape(-1, 1)
             parts.append(it)
-            like.append(np.zeros(F._shape_of(it), F._dtype_of(it)) if nd or not _weak_number(
-                items[len(like)]) else items[len(like)])
-        # NumPy's dtype (Python numbers among arrays are weak in np.r_)
+            # what NumPy's own np.r_ gets, for its result dtype: Python numbers stay weak
+            like.append(item if not nd and _weak_number(item) else
+                        np.zeros(F._shape_of(it), F._dtype_of(it)))
         dt = self.orig[tuple(like) if len(like) > 1 else like[0]].dtype
         r = F.concatenate(parts, -1 if self.column else 0)
         return F.cast(r, dt) if F._dtype_of(r) != dt else r
@@ -1159,7 +1154,6 @@ _RANDOM = ("rand", "randn", "random", "random_sample", "uniform", "normal", "cho
 def _warning_random(orig, name):
     @functools.wraps(orig)
     def fn(*args, **kwargs):
-        from ..ir.errors import AdjitWarning
         warnings.warn(f"np.random.{name} inside a traced function{_at(user_where())} draws "
                       "once, while adjit traces: every call of the compiled function reuses "
                       "those numbers (as in JAX). Pass random numbers (a dropout mask, noise) "

@@ -38,6 +38,14 @@ def _flatten(t, path, leaves, paths):
     return LEAF
 
 
+def copy_arrays(tree):
+    """tree with each concrete array leaf copied (NumPy's and CuPy's .copy()); traced
+    values, numbers and None stay as they are."""
+    leaves, treedef, _ = flatten(tree)
+    return unflatten(treedef, [x.copy() if hasattr(x, "__array_interface__") or hasattr(
+        x, "__cuda_array_interface__") else x for x in leaves])
+
+
 def unflatten(treedef, leaves):
     it = iter(leaves)
     out = _unflatten(treedef, it)

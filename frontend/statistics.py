@@ -88,32 +88,29 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     if aweights is not None:
         aweights = _cov_weights(aweights, "aweights", nobs)
         w = aweights if w is None else w * aweights
-    if isinstance(w, Tracer):
-        w = F.cast(w, dtype)
-        w_sum = F.sum(w)
-        avg = F.div(F.sum(F.mul(X, w), axis=1), w_sum)
-        fact = w_sum if ddof == 0 else F.sub(w_sum, F.div(F.mul(ddof, F.sum(F.mul(w, w))),
-                                                            w_sum))
-        Xc = F.sub(X, F.reshape(avg, (-1, 1)))
-        return F.squeeze(F.div(F.matmul(Xc, F.transpose(F.mul(Xc, w))), fact))
+    traced = isinstance(w, Tracer)   # traced aweights (fweights are refused traced)
     if w is None:
         avg, fact = F.mean(X, axis=1), nobs - ddof
     else:
-        w_sum = w.sum(dtype=np.result_type(dtype, w.dtype))
+        w = F.cast(w, dtype) if traced else w
+        w_sum = F.sum(w) if traced else w.sum(dtype=np.result_type(dtype, w.dtype))
         avg = F.div(F.sum(F.mul(X, w), axis=1), w_sum)
         if ddof == 0:
             fact = w_sum
         elif aweights is None:
             fact = w_sum - ddof
         else:
-            fact = w_sum - ddof * np.sum(w * aweights) / w_sum
+            fact = F.sub(w_sum, F.div(F.mul(ddof, F.sum(F.mul(w, aweights))), w_sum)) \
+                if traced else w_sum - ddof * np.sum(w * aweights) / w_sum
+    Xc = F.cast(F.sub(X, F.reshape(avg, (-1, 1))), _dtype_of(X))   # in place in NumPy
+    Xt = F.transpose(Xc if w is None else F.mul(Xc, w))
+    if traced:
+        return F.squeeze(F.div(F.matmul(Xc, Xt), fact))
     if fact <= 0:
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
         fact = 0.0
     with np.errstate(divide="ignore"):
         scale = float(np.true_divide(1, fact))
-    Xc = F.cast(F.sub(X, F.reshape(avg, (-1, 1))), _dtype_of(X))   # in place in NumPy
-    Xt = F.transpose(Xc if w is None else F.mul(Xc, w))
     return F.squeeze(F.mul(F.matmul(Xc, Xt), scale))
 
 

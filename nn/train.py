@@ -273,11 +273,11 @@ class Trainer:
         return params, state, history
 
     def _as_model_dtype(self, X):
-        X = X if hasattr(X, "__cuda_array_interface__") else np.asarray(X)   # CuPy stays
-        if X.dtype == np.uint8 and hasattr(X, "__cuda_array_interface__"):
-            X = X.reshape(len(X), -1).astype(np.float32) / np.float32(255)   # as D.to_float
-        elif X.dtype == np.uint8:
-            X = D.to_float(X)
+        on_device = hasattr(X, "__cuda_array_interface__")    # CuPy data stays there
+        X = X if on_device else np.asarray(X)
+        if X.dtype == np.uint8:   # D.to_float, on the device too
+            X = X.reshape(len(X), -1).astype(np.float32) / np.float32(255) if on_device \
+                else D.to_float(X)
         dt = getattr(self.model, "dtype", None)
         return X if dt is None or X.dtype == dt else X.astype(dt)
 
@@ -386,7 +386,3 @@ def load_params(path):
         params = {k[6:]: npz[k] for k in npz.files if k.startswith("param/")}
         meta = {k[5:]: npz[k] for k in npz.files if k.startswith("meta/")}
     return params, meta
-
-
-def _host(x):
-    return x.get() if hasattr(x, "__cuda_array_interface__") else np.asarray(x)

@@ -72,23 +72,19 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
         full = _exact(a, [], schedule=True)
         got = plan(out, out.meta.get("order"), a.scratch, **a.donate)
         if got.peak_bytes >= full.peak_bytes and \
-                got.peak_working_bytes >= full.peak_working_bytes and segments == "sqrt":
-            # recomputation that buys no memory is not applied when adjit chose the segments
-            # (an explicit number of segments, or a budget, is done as asked)
-            note = (f"{len(chosen) + 1} segments would not lower the static peak "
-                    f"({_size(got.peak_bytes)} against {_size(full.peak_bytes)} without "
-                    "checkpointing): the results, or the values kept across the "
-                    "checkpoints, outweigh the activations recomputed, so the graph is "
-                    "unchanged")
-            unchanged = g.copy()
-            unchanged.meta["checkpoint_plan"] = _plan_note(a, [], segments, budget, note)
-            return unchanged
-        if got.peak_bytes >= full.peak_bytes and \
                 got.peak_working_bytes >= full.peak_working_bytes:
-            note = (f"{len(chosen) + 1} segments do not lower the static peak "
-                    f"({_size(got.peak_bytes)} against {_size(full.peak_bytes)} without "
-                    "checkpointing): the results, or the values kept across the "
-                    "checkpoints, outweigh the activations recomputed")
+            # recomputation that buys no memory: adjit's own choice ("sqrt") is dropped, an
+            # explicit number of segments or a budget is done as asked
+            applied = segments != "sqrt"
+            note = (f"{len(chosen) + 1} segments {'do' if applied else 'would'} not lower the "
+                    f"static peak ({_size(got.peak_bytes)} against {_size(full.peak_bytes)} "
+                    "without checkpointing): the results, or the values kept across the "
+                    "checkpoints, outweigh the activations recomputed"
+                    + ("" if applied else ", so the graph is unchanged"))
+            if not applied:
+                unchanged = g.copy()
+                unchanged.meta["checkpoint_plan"] = _plan_note(a, [], segments, budget, note)
+                return unchanged
         out.meta["checkpoint_plan"] = _plan_note(a, chosen, segments, budget, note)
         return out
     elif budget is not None:
