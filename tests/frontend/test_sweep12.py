@@ -218,7 +218,8 @@ def test_shape_indices_and_traced_cov_weights():
     assert np.isclose(adjit.compile(f)(K0, 0.5), f(K0.copy(), 0.5))
     assert adjit.gradcheck(f, K0, 0.5) < 1e-6
     r = rng.random(6)
-    for g in (lambda X, r: np.cov(X, aweights=r), lambda X, r: np.cov(X, aweights=r, bias=True)):
+    for g in (lambda X, r: np.cov(X, aweights=r), lambda X, r: np.cov(X, aweights=r, bias=True),
+              lambda X, r: np.cov(X, fweights=np.arange(1, 7), aweights=r)):
         np.testing.assert_allclose(adjit.compile(g)(X, r), g(X, r))
         assert adjit.gradcheck(lambda r: np.sum(g(X, r) ** 2), r) < 1e-6
 
