@@ -32,6 +32,8 @@ def _has_tracer(args):
 
 def _leaf_key(x):
     if type(x) is np.ndarray:
+        if x.ndim > 1 and not x.flags.c_contiguous and x.flags.f_contiguous:
+            return (x.shape, x.dtype.str, "F")  # traced with its order (ravel('A'))
         return (x.shape, x.dtype.str)
     if isinstance(x, Tracer):
         return (x.shape, x.dtype.str)

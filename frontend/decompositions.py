@@ -34,9 +34,9 @@ def _matrices(what, a):
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """(U, S, Vh) with a = U * S @ Vh, S descending; compute_uv=False gives S alone.
 
-    Singular vectors are reduced (U is (..., m, k), Vh (..., k, n), k = min(m, n)), so a
-    non-square a needs full_matrices=False. hermitian=True computes the same (general) SVD.
-    Gradients through U or Vh need distinct, nonzero singular values.
+    hermitian=True takes a as symmetric (its lower triangle) and gives NumPy's factors for it:
+    U the eigenvectors by descending |eigenvalue|, Vh = (U * sign(eigenvalue)).T. Gradients
+    through U or Vh need distinct, nonzero singular values.
 
     >>> import numpy as np, adjit
     >>> a = np.array([[3.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
@@ -50,10 +50,11 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
                              hermitian=hermitian)
     (a,) = _float("svd", a)
     _matrices("svd", a)
+    herm = {"hermitian": True} if hermitian else {}
     if not compute_uv:
-        return _emit("svd", [a], part="S")
+        return _emit("svd", [a], part="S", **herm)
     m, n = a.shape[-2:]
-    parts = [_emit("svd", [a], part=p) for p in ("U", "S", "Vh")]
+    parts = [_emit("svd", [a], part=p, **herm) for p in ("U", "S", "Vh")]
     if full_matrices and m != n:
         # NumPy's default: the square factor on the longer side has columns (rows) that a
         # does not determine (a null space basis, `np.linalg.svd(A)[2][-1]`): its values are
@@ -244,13 +245,13 @@ def _full_factor(part):
                     "reconstructs it just the same)")
 
 
-def svd_vjp(g, out, a, part):
+def svd_vjp(g, out, a, part, hermitian=False):
     if part.endswith("full"):
         _full_factor(part)
     # a = U S Vh (Townsend 2016, real case), with F_ij = 1 / (s_j^2 - s_i^2), J = U^T U_bar,
     # K = Vh Vh_bar^T: a_bar = U [diag(s_bar) + (F o (J - J^T)) S + S (F o (K - K^T))] Vh
     #   + (I - U U^T) U_bar S^-1 Vh  (m > n)  + U S^-1 Vh_bar (I - Vh^T Vh)  (n > m)
-    u, s, vh = svd(a, full_matrices=False)
+    u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     m, n = a.shape[-2:]
     if part == "S":
         return [F.matmul(F.mul(u, _row(g)), vh)]
@@ -269,12 +270,12 @@ def svd_vjp(g, out, a, part):
     return [F.matmul(u, right)]
 
 
-def svd_jvp(t, out, a, part):
+def svd_jvp(t, out, a, part, hermitian=False):
     if part.endswith("full"):
         _full_factor(part)
     # dS = U^T da V: ds = diag(dS), dU = U (F o (dS S + S dS^T)) + (I - U U^T) da V S^-1,
     # dV = V (F o (S dS + dS^T S)) + (I - V V^T) da^T U S^-1 (JAX's svd_jvp_rule)
-    u, s, vh = svd(a, full_matrices=False)
+    u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     m, n = a.shape[-2:]
     dav = F.matmul(t[0], F.swap_last(vh))
     ds = F.matmul(F.swap_last(u), dav)

@@ -174,7 +174,8 @@ def _reshape(a, *shape, order="C", **kw):
     # array through elementwise work: np.exp(x.T).ravel('K') reads x's order)
     if order in ("A", "K") and isinstance(a, Tracer) and _transposed_upstream(a):
         raise UnsupportedError(
-            f"reshape or ravel with order={order!r} of an array computed from a transposed one"
+            f"reshape or ravel with order={order!r} of an array computed from a transposed or "
+            f"Fortran-ordered one"
             f"{_at(user_where())}: the result depends on the memory layout, which adjit does "
             "not follow; write order='C' or order='F' (the layout NumPy would have)")
     if order == "F" and F._shape_of(a) and F._shape_of(a) != shape:
@@ -196,6 +197,8 @@ def _transposed_upstream(t):
             continue
         seen.add(n)
         d = g[n]
+        if d["op"] == "input" and d["attrs"].get("fortran"):
+            return True
         if d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(
                 range(len(d["attrs"]["perm"]))):
             return True
@@ -1076,6 +1079,10 @@ def _accepting(orig):
             return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
         if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1:
             return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
+        if (orig.__name__ == "ascontiguousarray" and out is B.resolve(obj)
+                and isinstance(out, Tracer) and out.base is not None
+                and not out.layout_probe().flags.c_contiguous):
+            return out.copy_()  # of a strided view (z.T, x[::2]) NumPy makes a copy
         return out
     return constructor
 

@@ -114,6 +114,8 @@ def trace(fn, *args, static_argnums=()):
                 t = ctx.input(shape, dtype, path)
                 if weak:
                     ctx.graph[t.id]["attrs"]["weak"] = True
+                if _fortran(leaf):
+                    ctx.graph[t.id]["attrs"]["fortran"] = True   # ravel('A') would read it so
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
@@ -157,6 +159,14 @@ def trace(fn, *args, static_argnums=()):
                   weak_out=tuple(weak_out))
     name_assignments(g)
     return g
+
+
+def _fortran(x) -> bool:
+    """Is x a Fortran-ordered (not C-ordered) array, whose order='A'/'K' reshapes NumPy reads
+    column by column?"""
+    flags = getattr(x, "flags", None)
+    return (getattr(x, "ndim", 0) > 1 and flags is not None and flags.f_contiguous
+            and not flags.c_contiguous)
 
 
 def _containers(args, names):

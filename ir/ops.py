@@ -782,27 +782,45 @@ def _mnk(k):
 
 
 def _svd_code(args, a):
+    herm = ", hermitian=True" if a.get("hermitian") else ""
     if a["part"] == "S":
-        return f"np.linalg.svd({args[0]}, compute_uv=False)"
+        return f"np.linalg.svd({args[0]}, compute_uv=False{herm})"
     full = a["part"].endswith("full")
-    return f"np.linalg.svd({args[0]}, full_matrices={full})[{_svd_index(a['part'])}]"
+    return f"np.linalg.svd({args[0]}, full_matrices={full}{herm})[{_svd_index(a['part'])}]"
 
 
 def _svd_index(part):
     return _SVD_PARTS.index(part[:-4] if part.endswith("full") else part)
 
 
-def _svd_numpy(a, part):
+def _svd_numpy(a, part, hermitian=False):
+    if hermitian:
+        return _svd_hermitian(a, part)
     if part == "S":
         return np.linalg.svd(a, compute_uv=False)
     return np.linalg.svd(a, full_matrices=part.endswith("full"))[_svd_index(part)]
 
 
+def _svd_hermitian(a, part):
+    """NumPy's svd(a, hermitian=True) through eigh, spelled so CuPy arrays dispatch too (CuPy's
+    svd has no hermitian=): |eigenvalues| descending, their signs moved into Vh."""
+    w, u = np.linalg.eigh(a)
+    order = np.argsort(np.abs(w), axis=-1)[..., ::-1]
+    w = np.take_along_axis(w, order, axis=-1)
+    if part == "S":
+        return np.abs(w)
+    u = np.take_along_axis(u, order[..., None, :], axis=-1)
+    if part.startswith("U"):
+        return u
+    return np.swapaxes(u * np.sign(w)[..., None, :], -1, -2)
+
+
 _register(OpDef(
     "svd", 1, "linalg", svd_shape, first_dtype,
     _svd_numpy,
-    lambda g, out, a, part: LD.svd_vjp(g, out, a, part),
-    lambda t, out, a, part: LD.svd_jvp(t, out, a, part), _svd_code,
+    lambda g, out, a, part, hermitian=False: LD.svd_vjp(g, out, a, part, hermitian),
+    lambda t, out, a, part, hermitian=False: LD.svd_jvp(t, out, a, part, hermitian),
+    _svd_code,
     flops=lambda out, ins, a: _mnk(4 if a["part"] == "S" else 12)(out, ins, a),
     doc="part 'U', 'S' (descending) or 'Vh' of the reduced SVD a = U S Vh; gradients of U "
         "and Vh need distinct, nonzero singular values. 'Ufull' and 'Vhfull': the square "
