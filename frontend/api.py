@@ -16,7 +16,7 @@ import numpy as np
 from ..ir.errors import GradError, OptionError, ShapeError
 from . import functions as F
 from . import pytree
-from .trace import check_differentiable, leaf_spec, replay, trace
+from .trace import _fortran, check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
 _DEBUG = os.environ.get("DEBUG", "0") or "0"
@@ -40,6 +40,8 @@ def _leaf_key(x):
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
     if hasattr(x, "__cuda_array_interface__"):                  # CuPy arrays
+        if _fortran(x):
+            return (tuple(x.shape), np.dtype(x.dtype).str, "F")
         return (tuple(x.shape), np.dtype(x.dtype).str)
     a = np.asarray(x)      # also a torch tensor, whose dtype is not NumPy's
     return (a.shape, a.dtype.str)
