@@ -41,6 +41,7 @@ class Graph:
 
     def __init__(self):
         self.nx = nx.MultiDiGraph()
+        self._data: dict[int, dict] = {}   # nid -> its attribute dict (the one networkx holds)
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.meta: dict = {}
@@ -52,32 +53,34 @@ class Graph:
         self._next += 1
         self.nx.add_node(nid, op=op, args=tuple(args), shape=tuple(shape),
                          dtype=np.dtype(dtype), attrs=dict(attrs or {}), name=name, where=where)
-        for pos, a in enumerate(args):
-            self.nx.add_edge(a, nid, arg=pos)
+        self._data[nid] = self.nx.nodes[nid]
+        # the position is the edge's key: x * x has two edges, and networkx need not search
+        # for a free key
+        self.nx.add_edges_from((a, nid, pos, {"arg": pos}) for pos, a in enumerate(args))
         return nid
 
     # -- reading --------------------------------------------------------------------------
     def __getitem__(self, nid) -> dict:
-        return self.nx.nodes[nid]
+        return self._data[nid]
 
     def __contains__(self, nid) -> bool:
-        return nid in self.nx
+        return nid in self._data
 
     def __len__(self) -> int:
-        return self.nx.number_of_nodes()
+        return len(self._data)
 
     def nodes(self) -> list[int]:
         """Node ids in creation order, which is a topological order."""
-        return sorted(self.nx.nodes)
+        return sorted(self._data)
 
     def args(self, nid) -> tuple:
-        return self.nx.nodes[nid]["args"]
+        return self._data[nid]["args"]
 
     def users(self, nid) -> list[int]:
         return sorted(set(self.nx.successors(nid)))
 
     def nbytes(self, nid) -> int:
-        d = self.nx.nodes[nid]
+        d = self._data[nid]
         return int(np.prod(d["shape"], dtype=np.int64)) * d["dtype"].itemsize
 
     def input_names(self) -> list[str]:
@@ -86,8 +89,8 @@ class Graph:
     def copy(self) -> "Graph":
         g = Graph()
         g.nx = self.nx.copy()
-        for n in g.nx.nodes:
-            d = g.nx.nodes[n]
+        g._data = dict(g.nx.nodes(data=True))
+        for d in g._data.values():
             d["attrs"] = dict(d["attrs"])
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
         g.meta = dict(self.meta)

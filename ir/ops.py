@@ -914,6 +914,38 @@ def _cast_of_broadcast(emit, attrs, args):
 
 
 OPS["cast"].rewrite = _cast_of_broadcast
+
+
+def _slice_rewrite(emit, attrs, args):
+    # x[0] of np.array([a, b]) is a (a slice of one concatenated part), and a slice keeping
+    # every element (x[0] of a (1, n) array) a reshape: simulation code that packs a state
+    # with np.array and unpacks it by indexing keeps its scalars
+    (x,) = args
+    index, shape = attrs["index"], x["shape"]
+    if any(k is None for k in index):
+        return None
+    ranges = [range(*k.indices(d)) if isinstance(k, slice) else None
+              for k, d in zip(index, shape)]
+    if all(r == range(d) if r is not None else d == 1 for r, d in zip(ranges, shape)):
+        kept = tuple(d for k, d in zip(index, shape) if isinstance(k, slice))
+        return emit("reshape", [x["id"]], {"shape": kept + tuple(shape[len(index):])})
+    axis = x["attrs"].get("axis", 0) % len(shape) if x["op"] == "concatenate" else None
+    if axis is None or axis >= len(index):
+        return None
+    k, r, off = index[axis], ranges[axis], 0
+    if r is not None and (r.step != 1 or not r):
+        return None
+    first, last = (k % shape[axis],) * 2 if r is None else (r.start, r.stop - 1)
+    for part in x["args"]:
+        n = emit.new[part]["shape"][axis]
+        if off <= first and last < off + n:
+            inner = first - off if r is None else slice(first - off, last + 1 - off)
+            return emit("slice", [part], {"index": index[:axis] + (inner,) + index[axis + 1:]})
+        off += n
+    return None
+
+
+OPS["slice"].rewrite = _slice_rewrite
 # ops whose VJP gives the positions they drop a cotangent of exactly 0: where's other
 # branch, a gather's or a slice's unread elements (x[i] = v overwrites through concatenate +
 # gather), the non-maximal elements of a max

@@ -158,10 +158,12 @@ def _rewrite(new, d, args, seen):
             return _rewrite(new, dict(d, op="broadcast_to", attrs={"shape": d["shape"]}),
                             (c,), seen)
     # constant folding of small values
-    # broadcasts of constants stay views: folding them would materialise big arrays
-    if args and all(new[a]["op"] == "const" for a in args) and op != "broadcast_to" \
-            and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT:
-        vals = [new[a]["attrs"]["value"] for a in args]
+    # broadcasts of constants stay views: folding them would materialise big arrays (a small
+    # one is read as its value by a non-elementwise op: the cotangent seed's concatenate)
+    if args and op != "broadcast_to" and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT \
+            and all(_const_value(new, a, opdef.kind != "elementwise") is not None
+                    for a in args):
+        vals = [_const_value(new, a, True) for a in args]
         with np.errstate(all="ignore"):
             value = np.asarray(opdef.numpy(*vals, **attrs)).astype(d["dtype"])
         attrs, args, op = {"value": value, "dtype": value.dtype}, (), "const"
@@ -171,3 +173,14 @@ def _rewrite(new, d, args, seen):
     nid = new.add(op, args, d["shape"], d["dtype"], attrs, d["name"], d["where"])
     seen[key] = nid
     return nid
+
+
+def _const_value(g, n, broadcasts):
+    """The value of a constant node; with broadcasts, of a small broadcast of one too."""
+    d = g[n]
+    if d["op"] == "const":
+        return d["attrs"]["value"]
+    if broadcasts and d["op"] == "broadcast_to" and g[d["args"][0]]["op"] == "const" \
+            and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT:
+        return np.broadcast_to(g[d["args"][0]]["attrs"]["value"], d["shape"])
+    return None

@@ -47,3 +47,39 @@ def test_svd_hermitian_gradient_of_its_own_signs():
         return np.sum(u * w) + np.sum(vh * w.T) + np.sum(s ** 2)
 
     assert adjit.gradcheck(loss, np.random.default_rng(5).normal(size=(4, 4))) < 1e-6
+
+
+SLICES_OF_PACKED = {
+    "unpack": lambda a, b: np.prod(np.array([a * 2, b + 1])),
+    "tuple unpack": lambda a, b: (lambda s: s[0] * s[1] + s[-1])(np.stack([a, b, a * b])),
+    "rows of a stack": lambda a, b: np.sum(np.stack([a, b])[1:, ::2] * np.stack([a, b])[0][::2]),
+    "across parts": lambda a, b: np.sum(np.concatenate([a, b, a], axis=1)[:, 2:5] ** 2),
+    "within a part": lambda a, b: np.sum(np.concatenate([a, b], axis=1)[1, 4:6] ** 3),
+    "negative index": lambda a, b: np.sum(np.concatenate([a, b])[-1] * 3.0),
+    "reversed": lambda a, b: np.sum(np.concatenate([a, b], axis=1)[:, ::-1][:, 0] * a[:, 0]),
+    "unit axis": lambda a, b: np.sum(np.reshape(a, (1, 3, 3))[0, :, 1:] * b[:, :2]),
+    "empty": lambda a, b: np.sum(np.concatenate([a, b], axis=1)[:, 3:3]) + np.sum(a),
+}
+
+
+@pytest.mark.parametrize("name", list(SLICES_OF_PACKED))
+def test_slices_of_packed_arrays(name):
+    f = SLICES_OF_PACKED[name]
+    rng = np.random.default_rng(6)
+    if name in ("unpack", "tuple unpack"):
+        args = (1.5, -0.5)
+    else:
+        args = (rng.normal(size=(3, 3)), rng.normal(size=(3, 3)))
+    v, g = adjit.value_and_grad(f, argnums=(0, 1))(*args)
+    np.testing.assert_allclose(v, f(*args), rtol=1e-12)
+    assert adjit.gradcheck(f, *args) < 1e-6
+
+
+def test_a_packed_state_unpacked_by_index_keeps_its_scalars():
+    def f(a, b):
+        s = np.array([a * 2, b + 1])
+        x, v = s
+        return x * v + s[0]
+
+    src = adjit.compile(f, backend="numpy").lower(1.0, 2.0).source
+    assert "concatenate" not in src and "reshape" not in src, src
