@@ -1,8 +1,12 @@
-"""The IR: a `Graph` of elementary operations over a networkx MultiDiGraph.
+"""The IR: a `Graph` of elementary operations, viewable as a networkx MultiDiGraph.
 
 Nodes are ints created in increasing order, so id order is always a topological order (every
 argument of a node has a smaller id). Node attributes: op, shape, dtype, attrs, name, where,
-args (ordered argument ids, mirrored by edges whose `arg` attribute is the position).
+args (ordered argument ids). `Graph.nx` is the networkx MultiDiGraph of it (one edge per
+argument, whose `arg` attribute is the position; multi: `x * x` uses one node twice), built
+when asked for. The graph itself keeps plain dicts (node data, users): compiling a long
+unrolled loop adds some 100,000 nodes across the passes, and networkx's bookkeeping for each
+edge was a fifth of the compile time.
 """
 from __future__ import annotations
 
@@ -40,8 +44,9 @@ class Graph:
     """A dataflow graph of ops; `inputs` and `outputs` are ordered lists of node ids."""
 
     def __init__(self):
-        self.nx = nx.MultiDiGraph()
-        self._data: dict[int, dict] = {}   # nid -> its attribute dict (the one networkx holds)
+        self._data: dict[int, dict] = {}      # nid -> its attributes
+        self._users: dict[int, list] = {}     # nid -> the nodes reading it, once per use
+        self._nx = None
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.meta: dict = {}
@@ -51,12 +56,13 @@ class Graph:
     def add(self, op, args, shape, dtype, attrs=None, name=None, where=None) -> int:
         nid = self._next
         self._next += 1
-        self.nx.add_node(nid, op=op, args=tuple(args), shape=tuple(shape),
-                         dtype=np.dtype(dtype), attrs=dict(attrs or {}), name=name, where=where)
-        self._data[nid] = self.nx.nodes[nid]
-        # the position is the edge's key: x * x has two edges, and networkx need not search
-        # for a free key
-        self.nx.add_edges_from((a, nid, pos, {"arg": pos}) for pos, a in enumerate(args))
+        args = tuple(args)
+        self._data[nid] = dict(op=op, args=args, shape=tuple(shape), dtype=np.dtype(dtype),
+                               attrs=dict(attrs or {}), name=name, where=where)
+        self._users[nid] = []
+        for a in args:
+            self._users[a].append(nid)
+        self._nx = None
         return nid
 
     # -- reading --------------------------------------------------------------------------
@@ -71,13 +77,26 @@ class Graph:
 
     def nodes(self) -> list[int]:
         """Node ids in creation order, which is a topological order."""
-        return sorted(self._data)
+        return list(self._data)
 
     def args(self, nid) -> tuple:
         return self._data[nid]["args"]
 
     def users(self, nid) -> list[int]:
-        return sorted(set(self.nx.successors(nid)))
+        return sorted(set(self._users[nid]))
+
+    @property
+    def nx(self) -> nx.MultiDiGraph:
+        """The graph as a networkx MultiDiGraph (node attributes as above, one edge per
+        argument keyed and attributed by its position), for networkx's algorithms and
+        drawing. A snapshot: changing it does not change the Graph."""
+        if self._nx is None:
+            G = nx.MultiDiGraph()
+            G.add_nodes_from(self._data.items())
+            G.add_edges_from((a, n, pos, {"arg": pos}) for n, d in self._data.items()
+                             for pos, a in enumerate(d["args"]))
+            self._nx = G
+        return self._nx
 
     def nbytes(self, nid) -> int:
         d = self._data[nid]
@@ -88,10 +107,8 @@ class Graph:
 
     def copy(self) -> "Graph":
         g = Graph()
-        g.nx = self.nx.copy()
-        g._data = dict(g.nx.nodes(data=True))
-        for d in g._data.values():
-            d["attrs"] = dict(d["attrs"])
+        g._data = {n: dict(d, attrs=dict(d["attrs"])) for n, d in self._data.items()}
+        g._users = {n: list(u) for n, u in self._users.items()}
         g.inputs, g.outputs = list(self.inputs), list(self.outputs)
         g.meta = dict(self.meta)
         g._next = self._next

@@ -11,7 +11,6 @@ the graph inside a TraceContext is how a rule's result becomes ordinary IR.
 """
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from ..frontend import functions as F
@@ -23,13 +22,18 @@ from ..ir.ops import OPS
 
 
 def _relevant(g: Graph, wrt_ids, out_ids):
-    down = set(wrt_ids)
-    for w in wrt_ids:
-        down |= nx.descendants(g.nx, w)
-    up = set(out_ids)
-    for o in out_ids:
-        up |= nx.ancestors(g.nx, o)
-    return down & up
+    """The nodes on a path from a wrt input to an output."""
+    return _reach(wrt_ids, g.users) & _reach(out_ids, g.args)
+
+
+def _reach(start, step):
+    seen, todo = set(start), list(start)
+    while todo:
+        for m in step(todo.pop()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
 
 
 def _new_inputs(ctx, g):
@@ -187,7 +191,7 @@ class _Cotangents:
 
     def _sum(self, parts):
         g = self.ctx.graph
-        pieces = [t for t in parts if OPS[g[t.id]["op"]].places is not None]
+        pieces = self._merged([t for t in parts if OPS[g[t.id]["op"]].places is not None])
         rest = [t for t in parts if OPS[g[t.id]["op"]].places is None]
         total = None
         if len(pieces) > 1:
@@ -200,6 +204,26 @@ class _Cotangents:
         for t in rest:
             total = t if total is None else F.add(total, t)
         return total
+
+    def _merged(self, pieces):
+        """Pieces at the same place (x[0] read twice) as one piece of their sum: a state
+        unpacked by indexing then places its cotangent with one concatenation."""
+        g, groups = self.ctx.graph, {}
+        for t in pieces:
+            a = g[t.id]["attrs"]
+            groups.setdefault((repr(a["index"]), tuple(a["shape"])), []).append(t)
+        if len(groups) == len(pieces):
+            return pieces
+        out = []
+        for ts in groups.values():
+            if len(ts) > 1:
+                src = Tracer(self.ctx, g[ts[0].id]["args"][0])
+                for t in ts[1:]:
+                    src = F.add(src, Tracer(self.ctx, g[t.id]["args"][0]))
+                a = g[ts[0].id]["attrs"]
+                ts = [F.unslice(src, a["index"], a["shape"])]
+            out.extend(ts)
+        return out
 
     def _positions(self, t):
         d = self.ctx.graph[t.id]
@@ -221,6 +245,8 @@ class _Cotangents:
     def _place(self, pieces):
         g = self.ctx.graph
         shape = pieces[0].shape
+        # in the order of their places: x[1] read before x[0] still makes one concatenation
+        pieces = sorted(pieces, key=lambda t: self._positions(t).min(initial=2 ** 62))
         flat_pos = np.concatenate([self._positions(t) for t in pieces])
         srcs = [F.reshape(Tracer(self.ctx, g[t.id]["args"][0]), (-1,)) for t in pieces]
         n, size = len(flat_pos), int(np.prod(shape, dtype=np.int64))

@@ -156,6 +156,13 @@ class _Fuser:
         """Keep the order topological after units a and b merged into `merged`: within the
         window from a to b, the units a reached move after it, the others before."""
         pa, pb = self.pos[a], self.pos[b]
+        if not reached:
+            # nothing a reaches lies between: the merged unit takes b's slot, the rest stay
+            # (the usual case, and a forward value merged into a far backward group would
+            # otherwise rewrite the whole window)
+            self.slots[pa], self.slots[pb] = None, merged
+            self.pos[merged] = pb
+            return
         after = set(reached)
         window = [x for x in self.slots[pa:pb + 1] if x is not None and x not in (a, b)]
         order = [x for x in window if x not in after] + [merged] + \
