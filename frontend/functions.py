@@ -848,6 +848,13 @@ def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
 def min(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.min(x, axis=axis, keepdims=keepdims)
+    # min is max of an order-reversing map: -x for floats; c - x for integers, which never
+    # overflows (c = -1 maps INT_MIN to INT_MAX; c = MAX for unsigned, where -x wraps)
+    if x.dtype.kind == "b":
+        return cast(min(cast(x, np.uint8), axis, keepdims), np.bool_)
+    if x.dtype.kind in "ui":
+        c = const(np.array(np.iinfo(x.dtype).max if x.dtype.kind == "u" else -1, x.dtype))
+        return sub(c, max(sub(c, x), axis, keepdims))
     return neg(max(neg(x), axis, keepdims))
 
 

@@ -75,7 +75,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
         cot = _Cotangents(ctx, cot)
         wrt_ids = [g.inputs[p] for p in wrt]
         need = _relevant(g, wrt_ids, diff_ids)
-        blow = {}
+        blow, tests = {}, {}
         for n in reversed(g.nodes()):
             if n not in cot or n not in need or not g.args(n):
                 continue
@@ -101,7 +101,9 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga, masked or (op.selects and _may_blow_up(g, a, blow)))
+                    cot.add(a, ga, masked or (op.selects and (
+                        _may_blow_up(g, a, blow) or (d["op"] == "where" and _tests_finite(
+                            g, g.args(n)[0], tests)))))
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             w = g[i]["where"].with_role("vjp of input") if g[i]["where"] else None
@@ -142,6 +144,31 @@ def _may_blow_up(g, a, memo):
                 own = v.dtype.kind in "fc" and not np.isfinite(v).all()
             memo[n] = own or (op.kind in _KEEPS_ZEROS and any(memo[x] for x in g.args(n)))
     return memo[a]
+
+
+_COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def _tests_finite(g, cond, memo):
+    """Is where's condition a test for nan or inf (np.isnan(y), ~np.isfinite(y), combined
+    with other masks)? Then the branches may be non-finite data (missing targets in
+    np.nanmean((p - y) ** 2)), and their cotangents are masked like a log's."""
+    if not memo:
+        for n in g.nodes():
+            d = g[n]
+            args = d["args"]
+            own = d["op"] in _COMPARISONS and (
+                (len(args) == 2 and args[0] == args[1]) or any(            # x != x
+                    _infinite_const(g, a) for a in args))
+            memo[n] = own or (d["dtype"] == np.bool_ and any(memo.get(a) for a in args))
+    return memo[cond]
+
+
+def _infinite_const(g, a):
+    while g[a]["op"] in ("broadcast_to", "reshape"):
+        a = g[a]["args"][0]
+    v = np.asarray(g[a]["attrs"]["value"]) if g[a]["op"] == "const" else None
+    return v is not None and v.dtype.kind == "f" and np.isinf(v).any()
 
 
 def _guarded(g, gs):
