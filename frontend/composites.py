@@ -604,29 +604,6 @@ def _as_dtype(x, dt):
     return F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dtype=dt)
 
 
-# past |x| = 700 exp(x) / 2 is written exp(|x| - ln 2), which stays finite up to 710.47 as
-# NumPy's does (exp(x) alone overflows at 709.78); below, the usual forms keep full precision
-_BIG = 700.0
-
-
-def sinh(x):
-    # expm1 keeps sinh's relative precision near 0, where exp(x) - exp(-x) cancels
-    small = F.mul(F.sub(F.expm1(x), F.expm1(F.neg(x))), 0.5)
-    return F.where(F.lt(F.abs(x), _BIG), small, F.mul(F.sign(x), _half_exp(x)))
-
-
-def cosh(x):
-    small = F.mul(F.add(F.exp(x), F.exp(F.neg(x))), 0.5)
-    return F.where(F.lt(F.abs(x), _BIG), small, _half_exp(x))
-
-
-def _half_exp(x):
-    """exp(|x|) / 2 without overflowing first: (exp(|x| / 2) / 2) exp(|x| / 2), within a few
-    ulp (exp(|x| - ln 2) would carry the rounding of the subtraction, 250 ulp at 700)."""
-    h = F.exp(F.mul(F.abs(x), 0.5))
-    return F.mul(F.mul(h, 0.5), h)
-
-
 def logaddexp(x, y):
     # equal arguments differ by 0, also when both are -inf or inf (where x - y is nan)
     dt = _loop_dtype(np.logaddexp, x, y)    # Python numbers stay weak: float32 stays float32

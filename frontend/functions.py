@@ -166,6 +166,8 @@ def log(x): return _elementwise("log", [x], float_only=True)
 def log1p(x): return _elementwise("log1p", [x], float_only=True)
 def sin(x): return _elementwise("sin", [x], float_only=True)
 def cos(x): return _elementwise("cos", [x], float_only=True)
+def sinh(x): return _elementwise("sinh", [x], float_only=True)
+def cosh(x): return _elementwise("cosh", [x], float_only=True)
 def tanh(x): return _elementwise("tanh", [x], float_only=True)
 def sqrt(x): return _elementwise("sqrt", [x], float_only=True)
 def abs(x): return _elementwise("abs", [x])  # noqa: A001 - NumPy's name

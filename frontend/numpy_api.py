@@ -34,7 +34,7 @@ UFUNCS = {
     np.exp2: F.exp2, np.log: F.log, np.log1p: F.log1p,
     np.log2: lambda x: F.div(F.log(x), _LN2), np.log10: lambda x: F.div(F.log(x), _LN10),
     np.sin: F.sin, np.cos: F.cos, np.tan: lambda x: F.div(F.sin(x), F.cos(x)),
-    np.tanh: F.tanh, np.sinh: C.sinh, np.cosh: C.cosh,
+    np.tanh: F.tanh, np.sinh: F.sinh, np.cosh: F.cosh,
     np.arctan: F.arctan, np.arcsin: F.arcsin, np.arccos: F.arccos, np.arcsinh: F.arcsinh,
     np.arccosh: F.arccosh, np.arctanh: F.arctanh, np.arctan2: F.arctan2, np.hypot: C.hypot,
     np.cbrt: F.cbrt, np.deg2rad: lambda x: F.mul(x, math.pi / 180),

@@ -319,6 +319,14 @@ unary("sin", np.sin, lambda g, out, x: [F.mul(g, F.cos(x))],
 unary("cos", np.cos, lambda g, out, x: [F.neg(F.mul(g, F.sin(x)))],
       lambda t, out, x: F.neg(F.mul(t[0], F.sin(x))),
       "np.cos({0})", "math.cos({0})", "cos({0})", 4)
+# sinh and cosh are the C library's: exp(|x| - ln 2) forms overflow early in float32, and
+# NumPy's are one SIMD call
+unary("sinh", np.sinh, lambda g, out, x: [F.mul(g, F.cosh(x))],
+      lambda t, out, x: F.mul(t[0], F.cosh(x)),
+      "np.sinh({0})", "math.sinh({0})", "sinh({0})", 4)
+unary("cosh", np.cosh, lambda g, out, x: [F.mul(g, F.sinh(x))],
+      lambda t, out, x: F.mul(t[0], F.sinh(x)),
+      "np.cosh({0})", "math.cosh({0})", "cosh({0})", 4)
 # tanh' = 1 - tanh^2 reuses the forward result instead of recomputing cosh
 unary("tanh", np.tanh, lambda g, out, x: [F.mul(g, F.sub(1, F.mul(out, out)))],
       lambda t, out, x: F.mul(t[0], F.sub(1, F.mul(out, out))),
@@ -951,7 +959,7 @@ OPS["slice"].rewrite = _slice_rewrite
 # gather), the non-maximal elements of a max
 for _name in ("where", "gather", "slice", "max"):
     OPS[_name].selects = True
-for _name in ("exp", "exp2", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow", "arcsin",
+for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow", "arcsin",
               "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
     OPS[_name].blows_up = True
 # every elementwise op but those passing the cotangent on unscaled: sin(log(0)) would

@@ -96,6 +96,8 @@ TABLE = {
     "log1p": _u(np.log1p, "gtm1"),
     "sin": _u(np.sin),
     "cos": _u(np.cos),
+    "sinh": _u(np.sinh),
+    "cosh": _u(np.cosh),
     "tanh": _u(np.tanh),
     "sqrt": _u(np.sqrt, "positive"),
     "abs": _u(np.abs, "away0"),
