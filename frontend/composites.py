@@ -561,6 +561,8 @@ def nanmin(x, axis=None, keepdims=False):
 
 def _nan_extreme(op, fill, x, axis, keepdims):
     """The max (min) ignoring NaN; a slice of NaN only is NaN, as in NumPy."""
+    if F._dtype_of(x).kind not in "fc":
+        return op(x, axis, keepdims)          # integers and booleans hold no NaN
     nan = isnan(x)
     r = op(F.where(nan, F.full_like(x, fill), x), axis, keepdims)
     if F._dtype_of(x).kind != "f":

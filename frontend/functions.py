@@ -804,6 +804,10 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001 - NumPy's name
         return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
     if dtype is not None:
         x = cast(x, dtype)
+        if x.dtype.kind in "bui" and x.dtype != accumulator(x.dtype):
+            # NumPy adds in the small dtype, wrapping; the same as adding in int64 and
+            # wrapping once (bool: any)
+            return cast(sum(x, axis, keepdims), x.dtype)
     elif x.dtype.kind in "bui":
         x = cast(x, accumulator(x.dtype))
     axes = _axes(x, axis)
@@ -815,10 +819,16 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001 - NumPy's name
 def mean(x, axis=None, keepdims=False, dtype=None):
     if not isinstance(x, Tracer):
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    if dtype is not None and np.dtype(dtype).kind in "bui":
+        # NumPy: the sum in that dtype, divided, truncated back into it
+        return cast(mean(cast(x, dtype), axis, keepdims), dtype)
     if x.dtype.kind not in "fc":
         x = cast(x, np.float64 if dtype is None else dtype)
     axes = _axes(x, axis)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if dtype is None and x.dtype == np.float16:
+        # NumPy adds float16 in float32 for a mean (a sum of 1000 halves of 200 is inf)
+        return cast(div(sum(x, axes, keepdims, np.float32), n), np.float16)
     return div(sum(x, axes, keepdims, dtype), n)
 
 

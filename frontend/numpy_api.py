@@ -146,7 +146,11 @@ _var, _std = _moment("var", F.var), _moment("std", F.std)
 
 def _cumsum(a, axis=None, dtype=None, out=None):
     _no_out("cumsum", out)
-    return F.cumsum(F.cast(a, dtype) if dtype is not None else a, axis)
+    if dtype is None:
+        return F.cumsum(a, axis)
+    # in a small integer dtype NumPy wraps at each step: the same as wrapping once
+    a = F.cast(a, dtype)
+    return F.cast(F.cumsum(a, axis), dtype)
 
 
 def _cumprod(a, axis=None, dtype=None, out=None):
@@ -224,6 +228,8 @@ def _clip(x, a_min=None, a_max=None, out=None, **kw):
 def _norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm: vector p-norms, and the Frobenius, 1, inf, 2, -2 and nuclear norms of
     matrices (the last three from the singular values)."""
+    if F._dtype_of(x).kind in "biu":
+        x = F.cast(x, np.float64)      # as NumPy: squares of uint8 pixels do not wrap
     nd = len(F._shape_of(x))
     axes = F._axes(x, axis) if axis is not None else tuple(range(nd))
     if ord is None or (ord == "fro" and len(axes) == 2) or (ord == 2 and len(axes) == 1):
@@ -645,6 +651,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         x = inputs[0]
         if kwargs.get("dtype") is not None:
             x = F.cast(x, kwargs["dtype"])
+            if ufunc in _REDUCE:   # np.add.reduce(a, dtype=np.int8) wraps in int8 as np.sum
+                return F.cast(_REDUCE[ufunc](x, axis=axis, keepdims=keepdims), x.dtype)
         if ufunc in _REDUCE:
             return _REDUCE[ufunc](x, axis=axis, keepdims=keepdims)
         return C.fold(UFUNCS[ufunc], x, axis, keepdims, f"np.{ufunc.__name__}.reduce")
@@ -653,6 +661,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         x, axis = inputs[0], kwargs.get("axis", 0)
         if kwargs.get("dtype") is not None:
             x = F.cast(x, kwargs["dtype"])
+            if ufunc in _ACCUMULATE:
+                return F.cast(_ACCUMULATE[ufunc](x, axis=axis), x.dtype)
         if ufunc in _ACCUMULATE:
             return _ACCUMULATE[ufunc](x, axis=axis)
         return C.scan(UFUNCS[ufunc], x, axis, f"np.{ufunc.__name__}.accumulate")

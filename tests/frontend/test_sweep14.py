@@ -134,3 +134,46 @@ def test_missing_targets_passed_as_arguments_give_finite_gradients(name):
         want = adjit.grad(lambda p: f(p, y))(p)      # y a constant: masked when folded
         np.testing.assert_allclose(got, want)
         assert got[1] == 0 and np.isfinite(got).all()
+
+
+def test_sinh_cosh_keep_numpys_range_and_gradients():
+    x = np.array([88.8, 89.0, -89.0], np.float32)
+    np.testing.assert_allclose(adjit.compile(np.cosh)(x), np.cosh(x), rtol=1e-6)
+    np.testing.assert_allclose(adjit.compile(np.sinh)(x), np.sinh(x), rtol=1e-6)
+    g = adjit.grad(lambda x: np.sum(np.cosh(x)))(x)
+    np.testing.assert_allclose(g, np.sinh(x), rtol=1e-6)
+    big = np.array([709.9, -710.3])
+    np.testing.assert_allclose(adjit.grad(lambda x: np.sum(np.sinh(x)))(big), np.cosh(big))
+    assert adjit.compile(np.sinh)(np.arange(5, dtype=np.uint8)).dtype == np.float16
+
+
+INTEGER_DTYPES = {
+    "sum int8 wraps": lambda a: np.sum(a, dtype=np.int8),
+    "cumsum int8": lambda a: np.cumsum(a, dtype=np.int8),
+    "sum int32": lambda a: np.sum(a, dtype=np.int32),
+    "sum bool is any": lambda a: np.sum(a, dtype=bool),
+    "mean int64 truncates": lambda a: np.mean(a * np.array([1, 2, 2]), dtype=np.int64),
+    "add.reduce int8": lambda a: np.add.reduce(a, dtype=np.int8),
+    "add.accumulate int16": lambda a: np.add.accumulate(a, dtype=np.int16),
+    "multiply.accumulate int16": lambda a: np.multiply.accumulate(a, dtype=np.int16),
+    "nanmax of ints": lambda a: np.nanmax(a),
+    "nanmin of ints keepdims": lambda a: np.nanmin(a[None], axis=1, keepdims=True),
+    "norm of uint8": lambda a: np.linalg.norm(a.astype(np.uint8)),
+    "norm of int16 ord 3": lambda a: np.linalg.norm(a.astype(np.int16) * 3, 3),
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", list(INTEGER_DTYPES))
+def test_integer_dtypes_of_reductions(backend, name):
+    f, a = INTEGER_DTYPES[name], np.array([100, 100, 101])
+    got, want = adjit.compile(f, backend=backend)(a), f(a)
+    np.testing.assert_allclose(got, want)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+
+
+def test_float16_mean_adds_in_float32():
+    h = np.full(1000, 200, np.float16)
+    for f in (np.mean, np.average, lambda h: h.mean(axis=0, keepdims=True)):
+        got = adjit.compile(f)(h)
+        assert np.asarray(got).dtype == np.float16 and np.all(got == f(h))
