@@ -389,6 +389,12 @@ def tensordot(a, b, axes=2):
     if len(ax_a) != len(ax_b):
         raise ShapeError(f"tensordot: axes {ax_a} and {ax_b} differ in number"
                          f"{_at(user_where())}")
+    sa, sb = _shape_of(a), _shape_of(b)
+    if any(sa[i] != sb[j] for i, j in zip(ax_a, ax_b)):
+        # einsum would broadcast a length-1 axis; NumPy's tensordot does not
+        raise ShapeError(f"tensordot: shape-mismatch for sum: axes of lengths "
+                         f"{[sa[i] for i in ax_a]} and {[sb[j] for j in ax_b]}"
+                         f"{_at(user_where())}")
     la = list(_LETTERS[:na])
     lb = list(_LETTERS[na:na + nb])
     for i, j in zip(ax_a, ax_b):

@@ -385,7 +385,7 @@ def concatenate(xs, axis=0):
             raise ShapeError(f"concatenate: shapes {[x.shape for x in xs]} differ outside "
                              f"axis {ax}{_at(user_where())}")
     if len(xs) == 1:
-        return xs[0]
+        return xs[0].copy_()    # a new array, as NumPy's (np.concatenate([z]) is not z)
     return ctx.emit("concatenate", xs, {"axis": ax})
 
 
@@ -748,6 +748,11 @@ def index_target(x, key, v, grid=None):
 def along_axis_key(x, indices, axis, what="take_along_axis"):
     """The index of np.take_along_axis / np.put_along_axis: `indices` on `axis`, broadcast
     aranges on the other axes."""
+    nd = len(_shape_of(indices))
+    if nd != x.ndim:
+        raise ShapeError(
+            f"{what}: indices have {nd} axes and the array {x.ndim}{_at(user_where())}; NumPy "
+            "needs the same number (labels y of shape (n,) pick from (n, C) as y[:, None])")
     ax = _norm_axes((axis,), x.ndim, what)[0]
     key = []
     for i in range(x.ndim):
@@ -762,6 +767,8 @@ def along_axis_key(x, indices, axis, what="take_along_axis"):
 
 def take_along_axis(x, indices, axis):
     """np.take_along_axis as a gather with broadcast aranges on the other axes."""
+    if axis is None:                       # NumPy: of the flattened array
+        x, axis = ravel(x), 0
     return getitem(x, along_axis_key(x, indices, axis))
 
 

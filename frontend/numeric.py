@@ -418,6 +418,8 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     if not sparse:
         shape = F._broadcast_shape("meshgrid", [_shape_of(o) for o in out])
         out = [F.broadcast_to(o, shape) for o in out]
+    if copy:    # NumPy's default: new writable arrays, not views of the inputs
+        out = [o.copy_() if isinstance(o, Tracer) else np.array(o) for o in out]
     return tuple(out)
 
 

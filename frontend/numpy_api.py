@@ -192,6 +192,18 @@ def _reshape(a, *shape, order="C", **kw):
     return r.copy_() if kw.get("copy") and isinstance(r, Tracer) else r
 
 
+def _ravel(a, order="C"):
+    """np.ravel: a view of an array contiguous in that order, else a copy (unlike reshape,
+    which returns a view of a column z[:, 1] or of z[:, ::2])."""
+    r = _reshape(a, -1, order=order)
+    if isinstance(a, Tracer) and a.base is not None and isinstance(r, Tracer) \
+            and r.base is not None:
+        flags = a.layout_probe().flags
+        if not (flags.f_contiguous if order == "F" else flags.c_contiguous):
+            return r.copy_()
+    return r
+
+
 def _transposed_upstream(t):
     """Is a transpose (or a reversing slice) among the values t is computed from?"""
     g, todo, seen = t.ctx.graph, [t.id], set()
@@ -390,7 +402,7 @@ FUNCTIONS = {
     np.column_stack: C.column_stack, np.atleast_1d: C.atleast_1d, np.atleast_2d: C.atleast_2d,
     np.atleast_3d: C.atleast_3d, np.split: C.split, np.array_split: C.array_split,
     np.hsplit: C.hsplit, np.vsplit: C.vsplit, np.dsplit: C.dsplit, np.moveaxis: C.moveaxis,
-    np.swapaxes: F.swapaxes, np.ravel: lambda a, order="C": _reshape(a, -1, order=order),
+    np.swapaxes: F.swapaxes, np.ravel: lambda a, order="C": _ravel(a, order),
     np.take_along_axis: F.take_along_axis,
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
     np.empty_like: F.zeros_like, np.full_like: F.full_like, np.average: _average,
@@ -874,6 +886,8 @@ def _putmask(a, mask, values):
 
 
 def _put_along_axis(arr, indices, values, axis):
+    if axis is None:                       # NumPy: into the flattened array
+        arr, axis = F.ravel(arr), 0
     _setitem(arr, F.along_axis_key(arr, indices, axis, "put_along_axis"), values)
 
 
@@ -952,7 +966,7 @@ def _install():
     T.dot = lambda s, o: _dot(s, o)
     T.clip = lambda s, a_min=None, a_max=None, **kw: _clip(s, a_min, a_max, **kw)
     T.squeeze = lambda s, axis=None: F.squeeze(s, axis)
-    T.ravel = lambda s, order="C": _reshape(s, -1, order=order)
+    T.ravel = lambda s, order="C": _ravel(s, order)
     T.flatten = lambda s, order="C": _reshape(s, -1, order=order)
     T.swapaxes = lambda s, a, b: F.swapaxes(s, a, b)
     T.round = lambda s, decimals=0: F.round_(s, decimals)
@@ -1226,7 +1240,7 @@ def _pow(x, p):
         if p == 2:
             return F.mul(x, x)
         if p == 1:
-            return x
+            return x.copy_() if isinstance(x, Tracer) else x   # a new array, as NumPy's
         if p == 0.5:
             return F.sqrt(x)
     return F.power(x, p)

@@ -177,3 +177,51 @@ def test_float16_mean_adds_in_float32():
     for f in (np.mean, np.average, lambda h: h.mean(axis=0, keepdims=True)):
         got = adjit.compile(f)(h)
         assert np.asarray(got).dtype == np.float16 and np.all(got == f(h))
+
+
+def test_take_along_axis_needs_indices_with_the_arrays_axes():
+    def ce(z, y):
+        lp = z - np.log(np.sum(np.exp(z), axis=1, keepdims=True))
+        return -np.mean(np.take_along_axis(lp, y, axis=1))   # y[:, None] forgotten
+
+    with pytest.raises(adjit.ShapeError, match=r"y\[:, None\]"):
+        adjit.compile(ce)(np.zeros((3, 4)), np.array([0, 1, 2]))
+
+
+def test_along_axis_none_reads_and_writes_the_flattened_array():
+    z, flat = np.arange(12.0).reshape(3, 4), np.array([5, 0, 11])
+
+    def put(z):
+        z = z * 1.0
+        np.put_along_axis(z, flat, -1.0, axis=None)
+        return z
+
+    np.testing.assert_array_equal(adjit.compile(put)(z), put(z))
+    take = lambda z: np.take_along_axis(z, flat, None)
+    np.testing.assert_array_equal(adjit.compile(take)(z), take(z))
+    g = adjit.grad(lambda z: np.sum(take(z) ** 2))(z)
+    np.testing.assert_array_equal(g.ravel()[flat], 2 * z.ravel()[flat])
+
+
+def test_tensordot_and_inner_do_not_broadcast_the_summed_axes():
+    for f in (lambda a, b: np.tensordot(a, b, axes=1), lambda a, b: np.inner(a, b.T)):
+        with pytest.raises(adjit.ShapeError, match="shape-mismatch"):
+            adjit.compile(f)(np.ones((3, 1)), np.ones((4, 2)))
+
+
+def test_copies_that_numpy_makes():
+    def f(z):
+        z = z * 1.0
+        out = (z[:, 1].ravel(), z[:, ::2].ravel(), np.ravel(z[::-1]), z[1].ravel(),
+               z[:, ::2].reshape(-1), np.concatenate([z]), np.vstack([z]), np.array([z]),
+               np.block([z]), z ** 1, np.meshgrid(z[0], z[1])[0])
+        z[:, 1] = 0
+        z[1] = -5
+        z[0, 0] = 99
+        out[-2][0, 0] = 7           # z ** 1 is a new array
+        out[-1][0, 0] = 8           # meshgrid's default copy=True: writable, not a view
+        return out + (z,)
+
+    z = np.arange(12.0).reshape(3, 4)
+    for got, want in zip(adjit.compile(f)(z), f(z)):
+        np.testing.assert_array_equal(got, want)
