@@ -26,7 +26,8 @@ from .numpy_backend import _expression
 
 NAME = "cupy"
 FUSES = True
-FUSION_OPTIONS = {"reductions": True}   # a fused reduction is one ReductionKernel
+# a fused reduction is one ReductionKernel; inputs bounded as numba's (nvcc time grows too)
+FUSION_OPTIONS = {"reductions": True, "max_inputs": 16}
 
 
 # -- availability ------------------------------------------------------------------------------

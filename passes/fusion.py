@@ -28,17 +28,25 @@ HOLD_BYTES = 1 << 16
 _WORK = frozenset(("elementwise", "reduction", "matmul", "index", "layout"))
 
 
-def fuse_elementwise(g: Graph, reductions=True) -> Graph:
+def fuse_elementwise(g: Graph, reductions=True, max_inputs=None) -> Graph:
     """Return a fused copy of g (g is unchanged).
 
     reductions: let sum/max of a group's value join the group (a backend whose fused code
     would materialise the prologue anyway, like NumPy's, turns this off).
+    max_inputs: the most arrays a group may read (a compiled kernel's compile time grows with
+    its arguments: a weight's gradient summed over 200 steps of a loop is 200 of them).
     """
-    f = _Fuser(g)
+    f = _Fuser(g, max_inputs)
     f.group_elementwise()
     if reductions:
         f.join_reductions()
     return f.build()
+
+
+def _inlined(g, n):
+    """A constant (or a broadcast of one), which fused code writes in, not reads."""
+    d = g[n]
+    return d["op"] == "const" or (d["op"] == "broadcast_to" and g[d["args"][0]]["op"] == "const")
 
 
 def _fusion(g, n):
@@ -46,12 +54,17 @@ def _fusion(g, n):
 
 
 class _Fuser:
-    def __init__(self, g):
+    def __init__(self, g, max_inputs=None):
         self.g = g
+        self.max_inputs = max_inputs
         self.users = {n: g.users(n) for n in g.nodes()}
         self.members = {n for n in g.nodes() if _fusion(g, n) == "map"}
         self.parent = {n: n for n in self.members}
         self.sets = {n: {n} for n in self.members}
+        # the arrays each group reads (constants and their broadcasts are inlined), when
+        # their number is bounded
+        self.reads = {n: {a for a in g.args(n) if not _inlined(g, a)}
+                      for n in self.members} if max_inputs else None
         self.reduces = {}             # group root -> reduction nodes joined to it
         self.red_root = {}            # reduction node -> the root of the group it joined
         # A topological order of the units (groups, and nodes outside groups), kept valid as
@@ -76,6 +89,8 @@ class _Fuser:
             a, b = b, a
         self.parent[b] = a
         self.sets[a] |= self.sets.pop(b)
+        if self.reads is not None:
+            self.reads[a] = (self.reads[a] | self.reads.pop(b)) - self.sets[a]
         self.reduces.setdefault(a, []).extend(self.reduces.pop(b, []))
         return a
 
@@ -188,6 +203,10 @@ class _Fuser:
                     continue
                 a, b = self.find(u), self.find(v)
                 if len(self.sets[a]) + len(self.sets[b]) > MAX_GROUP:
+                    continue
+                if self.reads is not None and len(
+                        (self.reads[a] | self.reads[b]) - self.sets[a] - self.sets[b]) \
+                        > self.max_inputs:
                     continue
                 if self._holds_longer(a, b):
                     continue

@@ -212,3 +212,18 @@ def test_an_unrolled_scalar_loop_is_cut_into_bounded_groups():
              if f[n]["op"] == "fused"}
     assert len(sizes) > 1 and max(sizes.values()) <= 3 * MAX_GROUP
     assert adjit.compile(euler, backend="numpy")(p) == pytest.approx(euler(p), rel=1e-12)
+
+
+def test_max_inputs_bounds_the_arrays_a_group_reads():
+    # a weight's gradient summed over the steps of a loop: one add per step
+    def f(A, ys):
+        return sum(np.tanh(A @ ys[t]) * (t + 1) for t in range(40))
+
+    args = (np.ones((8, 8)), np.ones((40, 8)))
+    g, fg = fused(f, *args, max_inputs=16)
+    widths = [len(set(a for a in fg.args(n) if fg[a]["op"] != "const"))
+              for n in fg.nodes() if fg[n]["op"] == "fused"]
+    assert widths and max(widths) <= 16, widths
+    assert len(groups(fused(f, *args)[1])) < len(groups(fg))      # unbounded: fewer groups
+    for backend in ("numba", "numpy"):
+        np.testing.assert_allclose(adjit.compile(f, backend=backend)(*args), f(*args))
