@@ -96,6 +96,10 @@ class Buffer(np.ndarray):
         return float(tv) if tv is not None else np.ndarray.__float__(self)
 
     # -- writing ---------------------------------------------------------------------------
+    def fill(self, value):
+        """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x)))."""
+        self[...] = value
+
     def __setitem__(self, key, value):
         owner = _owner(self)
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):

@@ -447,6 +447,10 @@ def scatter_add(g, idx, key, shape):
 
 def getitem(x, key):
     """x[key]: basic indexing becomes a `slice` view, integer arrays a `gather`."""
+    if isinstance(key, Buffer):          # an index array filled with traced positions
+        key = resolve(key)
+    elif isinstance(key, tuple) and any(isinstance(k, Buffer) for k in key):
+        key = tuple(resolve(k) if isinstance(k, Buffer) else k for k in key)
     if not isinstance(x, Tracer):
         ctx = _ctx(key if isinstance(key, tuple) else (key,))
         if ctx is None:

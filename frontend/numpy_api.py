@@ -1089,7 +1089,7 @@ def _accepting(orig):
             return obj   # the same array, as np.asarray(ndarray): writes reach it
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
-            if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind == "f"
+            if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind in "biuf"
                     and B._from_user()):
                 return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values
             return r

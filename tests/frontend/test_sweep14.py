@@ -225,3 +225,25 @@ def test_copies_that_numpy_makes():
     z = np.arange(12.0).reshape(3, 4)
     for got, want in zip(adjit.compile(f)(z), f(z)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_integer_and_filled_arrays_made_inside_receive_traced_values():
+    def f(x):
+        z = np.zeros(3)
+        z.fill(np.max(x))                      # fill with a traced value
+        c = np.array([0, 0])                   # an integer list
+        c[1] = np.argmax(x)
+        idx = np.zeros(2, dtype=int)
+        idx[1] = np.argmax(x)                  # then used as an index
+        k = np.zeros(3, int)
+        k.fill(np.argmin(x))
+        d = np.array([1, 2, 3])
+        d += (x > 0).astype(int)
+        return z, c, x[idx], np.take(x, idx), k, d, x[d % 3] * d
+
+    x = np.array([1.7, -2.6, 3.5])
+    for got, want in zip(adjit.compile(f)(x), f(x)):
+        np.testing.assert_array_equal(got, want)
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+    g = adjit.grad(lambda x: np.sum(f(x)[2] ** 2) + np.sum(f(x)[0]))(x)
+    np.testing.assert_allclose(g, [3.4, 0, 7.0 + 3])
