@@ -9,6 +9,7 @@ import argparse
 import ctypes
 import importlib.util
 import math
+import os
 import platform
 import sys
 import textwrap
@@ -254,6 +255,15 @@ def _has_memory_study():
 
 def main(argv=None):
     """Entry point of the `adjit` command; returns the exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `adjit inspect ... | head` closed the pipe: stop quietly, as a Unix tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv):
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:

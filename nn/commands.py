@@ -62,9 +62,18 @@ def _check_plot_available():
                           "out --plot")
 
 
-def check_output_path(option, path):
-    """DataError unless `path` can be written (checked before a run, not after it)."""
+def check_output_path(option, path, plot=False):
+    """`path` with ~ expanded (and, for a plot, .png added when it has no suffix); DataError
+    unless it can be written (checked before a run, not after it)."""
     target = Path(path).expanduser()
+    if plot:
+        if not target.suffix:
+            target = target.with_suffix(".png")      # what matplotlib would write
+        import matplotlib.figure
+        kinds = matplotlib.figure.Figure().canvas.get_supported_filetypes()
+        if target.suffix[1:].lower() not in kinds:
+            raise D.DataError(f"{option} {path}: matplotlib cannot write {target.suffix} "
+                              f"files; use one of {', '.join('.' + k for k in sorted(kinds))}")
     folder = target.resolve().parent
     if target.is_dir():
         raise D.DataError(f"{option} {path}: is a folder; give a file name, e.g. "
@@ -74,6 +83,7 @@ def check_output_path(option, path):
                           "or give another path")
     if not os.access(folder, os.W_OK):
         raise D.DataError(f"{option} {path}: cannot write into {folder}; give another path")
+    return str(target)
 
 
 def mnist(args):
@@ -93,12 +103,12 @@ def run_mnist(args, out=print):
     """The body of `adjit mnist`; returns 0, raises DataError/TrainingError on problems."""
     if args.plot:
         _check_plot_available()
-        check_output_path("--plot", args.plot)
+        args.plot = check_output_path("--plot", args.plot, plot=True)
     if args.save:
-        check_output_path("--save", args.save)
+        save = check_output_path("--save", args.save)
         # np.savez adds the suffix when it is missing
-        args.save = str(args.save) if str(args.save).endswith(".npz") else f"{args.save}.npz"
-        check_output_path("--save", args.save)
+        args.save = check_output_path("--save", save if save.endswith(".npz") else
+                                      f"{save}.npz")
     name, (X_tr, y_tr), (X_val, y_val), (X_te, y_te), norm = prepare_data(args)
     trainer, sizes = _make_trainer(args, X_tr.shape[1])
     out(f"data: {name}: {len(X_tr):,} training, {len(X_val):,} validation, "

@@ -36,6 +36,18 @@ def _same_structure(what, a, b):
                              f", the parameter has shape {tuple(np.shape(x))}")
 
 
+def _aligned(ref, tree):
+    """tree with its dicts' keys in ref's order (a state saved with sorted keys), so that
+    entries pair with parameters by name, not by position."""
+    if isinstance(ref, dict) and isinstance(tree, dict) and set(ref) == set(tree):
+        return type(tree)((k, _aligned(ref[k], tree[k])) for k in ref)
+    if isinstance(ref, (list, tuple)) and isinstance(tree, (list, tuple)) \
+            and len(ref) == len(tree):
+        out = [_aligned(r, t) for r, t in zip(ref, tree)]
+        return type(tree)(*out) if hasattr(tree, "_fields") else type(tree)(out)
+    return tree
+
+
 class Optimizer:
     """Base class: `init(params) -> state`, `update(params, grads, state) -> (params, state)`.
 
@@ -63,8 +75,23 @@ class Optimizer:
 
     def update(self, params, grads, state, lr=None):
         """One step of the compiled update; `lr` overrides the learning rate for this step."""
+        grads = _aligned(params, grads)
         _same_structure("grads", params, grads)
-        return self._compiled(params, grads, state, self.hyper(lr))
+        return self._compiled(params, grads, self.check_state(params, state), self.hyper(lr))
+
+    def check_state(self, params, state):
+        """state (from `init`) with each slot keyed and shaped like params, its dicts' keys
+        in params' order; ValueError for a state of other parameters or another optimizer."""
+        if not isinstance(state, dict) or "step" not in state or \
+                any(slot not in state for slot in self.slots):
+            have = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{type(self).__name__}: the state must be a dict with 'step' and "
+                             f"{list(self.slots)} (from {type(self).__name__}.init), got {have}")
+        state = dict(state)
+        for slot in self.slots:
+            state[slot] = _aligned(params, state[slot])
+            _same_structure(f"state[{slot!r}]", params, state[slot])
+        return state
 
     def hyper(self, lr=None):
         """The runtime scalars of the update program."""

@@ -20,9 +20,11 @@ except ImportError:  # no progress bars without tqdm (nn/data.py has the stand-i
 
 from ..frontend.api import compile as adjit_compile
 from ..frontend.api import pick_backend, value_and_grad
+from ..frontend.trace import trace
 from ..ir.errors import AdjitError, ShapeError
 from . import data as D
-from .losses import binary_cross_entropy_with_logits, softmax_cross_entropy
+from .losses import binary_cross_entropy_with_logits, mse, softmax_cross_entropy
+from .optim import tree_map
 
 __all__ = ["Trainer", "History", "TrainingError", "predict_classes", "normalize",
            "save_params", "load_params"]
@@ -61,14 +63,6 @@ class History:
     steps: int = 0
 
 
-def _classes(model, y):
-    """The number of classes of a model's output: its last layer's width where the model
-    says (MLP.sizes); for another model the labels' own range (no upper check possible)."""
-    sizes = getattr(model, "sizes", None)
-    if sizes:
-        return sizes[-1]
-    y = np.asarray(y)
-    return int(y.max()) + 1 if y.size and y.dtype.kind in "iu" else 1
 
 
 class Trainer:
@@ -113,24 +107,47 @@ class Trainer:
         self._eval_step.__name__ = "eval_step"
         self.to_device = getattr(mod, "to_device", lambda x: x)
         self.to_host = getattr(mod, "to_host", np.asarray)
+        self._widths = {}        # the model's output width per input shape (see classes)
 
     # -- what the targets are -------------------------------------------------------------
     def target_kind(self, y):
         """How `y` is scored: "classes" (integer labels, (n,): accuracy of the argmax),
         "binary" (float targets of binary_cross_entropy_with_logits: accuracy of the sign of
         each logit) or None (values for mse, class probabilities: no accuracy)."""
+        if self.loss_fn is binary_cross_entropy_with_logits:
+            return "binary"            # 0/1 targets, also as integers
+        if self.loss_fn is mse:
+            return None
         if y.dtype.kind in "iu" and len(y.shape) == 1:
             return "classes"
-        if self.loss_fn is binary_cross_entropy_with_logits:
-            return "binary"
         return None
 
-    def _check_data(self, X, y, name):
+    def classes(self, params, X, y=None):
+        """The number of classes the model predicts: its last layer's width where the model
+        says (MLP.sizes), else the width of its output for X (traced once per input shape),
+        else the labels' own range."""
+        sizes = getattr(self.model, "sizes", None)
+        if sizes:
+            return sizes[-1]
+        if params is not None:
+            X = _host(X)
+            key = (tuple(X.shape[1:]), str(X.dtype))
+            if key not in self._widths:
+                g = trace(self.model.apply, params, self._as_model_dtype(X[:1]))
+                shape = g[g.outputs[0]]["shape"]
+                self._widths[key] = shape[-1] if len(shape) >= 2 else None
+            if self._widths[key] is not None:
+                return self._widths[key]
+        y = np.asarray(_host(y))
+        return int(y.max()) + 1 if y.size and y.dtype.kind in "iu" else 1
+
+    def _check_data(self, X, y, name, params=None):
         """DataError unless (X, y) is a set this trainer can use (labels in range, ...)."""
         X, y = _host(X), _host(y)     # CuPy arrays are checked on a host copy
         value_targets = self.target_kind(y) != "classes" and not (
             self.loss_fn is softmax_cross_entropy and y.ndim == 1)   # float labels: say so
-        D.check_dataset(X, y, None if value_targets else _classes(self.model, y), name=name)
+        D.check_dataset(X, y, None if value_targets else self.classes(params, X, y),
+                        name=name)
 
     # -- the traced functions -------------------------------------------------------------
     def objective(self, params, X, y):
@@ -160,12 +177,13 @@ class Trainer:
 
     # -- one step, evaluation -------------------------------------------------------------
     def init(self, seed=0):
-        params = self.model.init(seed)
-        params = {k: self.to_device(v) for k, v in params.items()}
+        params = tree_map(self.to_device, self.model.init(seed))   # any pytree of arrays
         return params, self.optimizer.init(params)
 
     def step(self, params, state, X, y, lr=None):
         """One compiled training step on a batch; -> (loss, correct, params, state)."""
+        X = np.asarray(X) if isinstance(X, (list, tuple)) else X
+        y = np.asarray(y) if isinstance(y, (list, tuple)) else y
         if len(X) == 0:
             raise ShapeError("train step: the batch is empty (0 examples)")
         if getattr(self.model, "dtype", None) is not None and X.dtype != self.model.dtype:
@@ -173,20 +191,21 @@ class Trainer:
             raise D.DataError(f"train step: the batch has dtype {X.dtype} but the model is "
                               f"{self.model.dtype}; convert it with "
                               f"X.astype(np.{self.model.dtype})")
-        self._check_batch_targets(y)
+        self._check_batch_targets(params, X, y)
+        state = self.optimizer.check_state(params, state)
         return self._train_step(params, state, X, y, self.optimizer.hyper(lr))
 
     def lower(self, params, state, X, y):
         """The Program of the training step for these shapes (source, IR, memory)."""
         return self._train_step.lower(params, state, X, y, self.optimizer.hyper())
 
-    def _check_batch_targets(self, y):
+    def _check_batch_targets(self, params, X, y):
         if not isinstance(y, np.ndarray):
             return                       # on a device: fit checked the set before moving it
         kind = self.target_kind(y)
         if kind == "classes":
-            _check_labels(y, _classes(self.model, y))
-        elif y.dtype.kind != "f" or (self.loss_fn is softmax_cross_entropy and y.ndim == 1):
+            _check_labels(y, self.classes(params, X, y))
+        elif self.loss_fn is softmax_cross_entropy and (y.dtype.kind != "f" or y.ndim == 1):
             raise D.DataError(f"labels must be integers, got dtype {y.dtype}")
 
     def evaluate(self, params, X, y, batch_size=10000):
@@ -203,7 +222,7 @@ class Trainer:
             raise ShapeError("evaluate: the set is empty (0 examples)")
         if isinstance(X, (np.ndarray, list, tuple)) and isinstance(y, (np.ndarray, list, tuple)):
             X, y = np.asarray(X), np.asarray(y)
-            self._check_data(X, y, "evaluation set")
+            self._check_data(X, y, "evaluation set", params)
             X, y = self._as_model_dtype(X), self._targets_as_model_dtype(y)
         return self._evaluate(params, X, y, batch_size)
 
@@ -229,15 +248,19 @@ class Trainer:
         optional (X, y) pair evaluated after each epoch. `lr_schedule(epoch, step)` may
         return a learning rate per step (no recompilation: it is an argument).
         """
-        self._check_data(X, y, "training set")
+        self._check_data(X, y, "training set", params)
         if validation is not None:
-            self._check_data(*validation, "validation set")
+            if not isinstance(validation, (tuple, list)) or len(validation) != 2:
+                raise ValueError(f"fit: validation must be an (X, y) pair, got "
+                                 f"{type(validation).__name__} {str(validation)[:60]}")
+            self._check_data(*validation, "validation set", params)
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
         X, y = self._as_model_dtype(X), self._targets_as_model_dtype(y)
         if validation is not None:
             validation = (self._as_model_dtype(validation[0]),
                           self._targets_as_model_dtype(validation[1]))
+        state = self.optimizer.check_state(params, state)
         X, y = self.to_device(X), self.to_device(y)
         if validation is not None:
             validation = tuple(self.to_device(a) for a in validation)

@@ -283,3 +283,14 @@ def test_inspect_a_file_that_does_not_import_and_empty_widths(capsys, tmp_path):
     with pytest.raises(SystemExit):
         cli.main(["mnist", "--hidden", "256,,256"])
     assert "an empty width" in capsys.readouterr().err
+
+
+def test_output_paths_expand_home_and_plots_get_a_known_suffix(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from adjit.nn.commands import check_output_path
+    from adjit.nn.data import DataError
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert check_output_path("--save", "~/m.npz") == str(tmp_path / "m.npz")
+    assert check_output_path("--plot", "~/curves", plot=True) == str(tmp_path / "curves.png")
+    with pytest.raises(DataError, match="cannot write .txt"):
+        check_output_path("--plot", "~/x.txt", plot=True)

@@ -236,3 +236,77 @@ def test_probability_targets_in_a_step():
     hard = trainer.step(params, state, X, y)[0]
     soft = trainer.step(params, state, X, np.eye(3, dtype=np.float32)[y])[0]
     assert float(soft) == pytest.approx(float(hard), rel=1e-6)
+
+
+class _Linear:
+    """A user model without `sizes`: the trainer learns its width by tracing apply."""
+
+    def __init__(self, params_as="dict"):
+        self.params_as = params_as
+
+    def init(self, seed=0):
+        W, b = np.zeros((4, 3), np.float32), np.zeros(3, np.float32)
+        return {"W": W, "b": b} if self.params_as == "dict" else [W, b]
+
+    def apply(self, p, X):
+        W, b = (p["W"], p["b"]) if isinstance(p, dict) else p
+        return X @ W + b
+
+
+def test_labels_beyond_a_user_models_outputs_are_refused():
+    X, y = blobs()
+    y = y.copy()
+    y[7] = 5                                     # the model has 3 outputs
+    tr = Trainer(_Linear(), SGD(0.5, backend="numpy"), backend="numpy")
+    p, s = tr.init(0)
+    for call in (lambda: tr.fit(p, s, X, y, batch_size=20, progress=False, log=None),
+                 lambda: tr.evaluate(p, X, y), lambda: tr.step(p, s, X[:20], y[:20])):
+        with pytest.raises(DataError, match="label 5"):
+            call()
+
+
+def test_user_model_with_list_parameters_trains():
+    X, y = blobs()
+    tr = Trainer(_Linear("list"), SGD(0.5, backend="numpy"), backend="numpy")
+    p, s = tr.init(0)
+    assert isinstance(p, list)
+    p, s, h = tr.fit(p, s, X, y, epochs=3, batch_size=20, progress=False, log=None)
+    assert h.train_acc[-1] > 0.8
+
+
+def test_integer_targets_of_value_losses_are_refused_not_scored_as_classes():
+    from adjit.nn import binary_cross_entropy_with_logits, mse
+    X, y = blobs(classes=2)
+    for loss in (mse, binary_cross_entropy_with_logits):
+        tr = Trainer(_Linear(), SGD(0.5, backend="numpy"), loss, backend="numpy")
+        with pytest.raises(DataError, match="floating point"):
+            tr.fit(*tr.init(0), X, y, batch_size=20, progress=False, log=None)
+
+
+def test_optimizer_state_pairs_with_parameters_by_name():
+    opt = SGD(1.0, 0.5, backend="numpy")
+    p = {"a": np.zeros(2), "b": np.zeros(2)}
+    st = {"step": np.array(1.0), "momentum": {"b": np.full(2, 100.0), "a": np.ones(2)}}
+    p2, _ = opt.update(p, {"b": np.zeros(2), "a": np.zeros(2)}, st)
+    np.testing.assert_array_equal(p2["a"], [-0.5, -0.5])
+    np.testing.assert_array_equal(p2["b"], [-50.0, -50.0])
+    with pytest.raises(ValueError, match="state\\['momentum'\\]"):
+        opt.update(p, p, opt.init({"V": np.ones(2), "U": np.ones(2)}))
+    with pytest.raises(ValueError, match=r"'step' and \['m', 'v'\]"):
+        Adam(0.1, backend="numpy").update(p, p, opt.init(p))
+    # a Trainer resumed with its parameters' keys sorted
+    X, y = blobs()
+    tr = make_trainer(SGD(0.1, 0.9, backend="numpy"), sizes=(4, 16, 3))
+    params, state = tr.init(0)
+    ref = tr.fit(params, state, X, y, batch_size=40, progress=False, log=None)[0]
+    got = tr.fit({k: params[k] for k in sorted(params)}, state, X, y, batch_size=40,
+                 progress=False, log=None)[0]
+    for k in params:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-6)
+
+
+def test_validation_must_be_a_pair():
+    X, y = blobs()
+    tr = make_trainer()
+    with pytest.raises(ValueError, match=r"\(X, y\) pair"):
+        tr.fit(*tr.init(0), X, y, validation=(X, y, y), progress=False, log=None)
