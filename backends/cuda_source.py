@@ -54,6 +54,20 @@ HELPERS = {
                    "_rt_sigmoid(T x) {\n"
                    "    T e = exp(x < T(0) ? x : T(-x));\n    T d = T(1) / (T(1) + e);\n"
                    "    return x >= T(0) ? d : e * d;\n}",
+    # NumPy's npy_logaddexp / npy_logaddexp2 (equal arguments first: no inf - inf)
+    "_rt_logaddexp": "template <typename T> __host__ __device__ __forceinline__ T "
+                     "_rt_logaddexp(T x, T y) {\n"
+                     "    if (x == y) return x + T(0.6931471805599453);\n"
+                     "    T d = x - y;\n"
+                     "    if (d > T(0)) return x + log1p(exp(-d));\n"
+                     "    if (d <= T(0)) return y + log1p(exp(d));\n    return d;\n}",
+    "_rt_logaddexp2": "template <typename T> __host__ __device__ __forceinline__ T "
+                      "_rt_logaddexp2(T x, T y) {\n"
+                      "    if (x == y) return x + T(1);\n"
+                      "    T d = x - y;\n"
+                      "    if (d > T(0)) return x + T(1.4426950408889634) * log1p(exp2(-d));\n"
+                      "    if (d <= T(0)) return y + T(1.4426950408889634) * log1p(exp2(d));\n"
+                      "    return d;\n}",
     # ir/special.py's algorithm (reflection, recurrence to x >= 10 + 2n, asymptotic series)
     "_rt_polygamma": """template <typename T> __host__ __device__ T _rt_polygamma(int n, T xt) {
     const double B[7] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730,

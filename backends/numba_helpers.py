@@ -75,6 +75,31 @@ def _rt_sigmoid(x):
     return d if x >= 0 else e * d
 
 
+@numba.njit(inline="always", cache=True)
+def _rt_logaddexp(x, y):
+    # NumPy's npy_logaddexp: equal arguments (infinities too) without inf - inf
+    if x == y:
+        return x + 0.6931471805599453
+    d = x - y
+    if d > 0:
+        return x + math.log1p(math.exp(-d))
+    if d <= 0:
+        return y + math.log1p(math.exp(d))
+    return d                                  # a NaN
+
+
+@numba.njit(inline="always", cache=True)
+def _rt_logaddexp2(x, y):
+    if x == y:
+        return x + 1.0
+    d = x - y
+    if d > 0:
+        return x + 1.4426950408889634 * math.log1p(math.exp2(-d))
+    if d <= 0:
+        return y + 1.4426950408889634 * math.log1p(math.exp2(d))
+    return d
+
+
 _B2K = np.array([1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6])
 
 
@@ -124,4 +149,4 @@ def _rt_polygamma(n, x):
 
 
 HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
-           "_rt_polygamma")
+           "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma")

@@ -593,19 +593,7 @@ def hypot(x, y):
     # np.hypot's loops are float only: promote (Python scalars weak), then take its loop's
     # dtype, so hypot(float32 array, 1.0) stays float32 and two int16 arrays give float32
     dt = _loop_dtype(np.hypot, x, y)
-    if dt == np.float16:
-        # NumPy's float16 loop computes in float32 and rounds once
-        return _as_dtype(hypot(_as_dtype(x, np.float32), _as_dtype(y, np.float32)), dt)
-    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
-    # scaled, so that neither 1e200**2 overflows nor 1e-300**2 underflows: m sqrt(1 + r^2)
-    # with m = max(|x|, |y|), r = min / max; an infinite side wins over nan, as in C's hypot
-    ax, ay = F.abs(x), F.abs(y)
-    m, n = F.maximum(ax, ay), F.minimum(ax, ay)
-    zero = F.eq(m, 0)
-    r = F.div(F.where(zero, 0.0, n), F.where(zero, 1.0, m))
-    h = F.mul(m, F.sqrt(F.add(F.mul(r, r), 1.0)))
-    inf = logical_or(isinf(x), isinf(y))
-    return F.where(inf, F.full_like(h, np.inf), h)
+    return F._elementwise("hypot", [_as_dtype(x, dt), _as_dtype(y, dt)])
 
 
 def _as_dtype(x, dt):
@@ -613,12 +601,8 @@ def _as_dtype(x, dt):
 
 
 def logaddexp(x, y):
-    # equal arguments differ by 0, also when both are -inf or inf (where x - y is nan)
     dt = _loop_dtype(np.logaddexp, x, y)    # Python numbers stay weak: float32 stays float32
-    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
-    same = F.eq(x, y)
-    d = F.sub(F.where(same, 0.0, x), F.where(same, 0.0, y))
-    return F.add(F.maximum(x, y), F.log1p(F.exp(F.neg(F.abs(d)))))
+    return F._elementwise("logaddexp", [_as_dtype(x, dt), _as_dtype(y, dt)])
 
 
 def _loop_dtype(ufunc, *xs):
@@ -630,9 +614,7 @@ def _loop_dtype(ufunc, *xs):
 
 def logaddexp2(x, y):
     dt = _loop_dtype(np.logaddexp2, x, y)
-    x, y = _as_dtype(x, dt), _as_dtype(y, dt)
-    ln2 = math.log(2.0)
-    return F.div(logaddexp(F.mul(x, ln2), F.mul(y, ln2)), ln2)
+    return F._elementwise("logaddexp2", [_as_dtype(x, dt), _as_dtype(y, dt)])
 
 
 # -- polynomials, integration, cross products -------------------------------------------------

@@ -1182,13 +1182,15 @@ def erfc(x):
 
 @_resolving
 def softplus(x):
-    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)).
+    """log(1 + exp(x)) without overflow: np.logaddexp(x, 0), whose derivative is sigmoid(x)
+    (also the second at 0, where max(x, 0) + log1p(exp(-|x|)) has kinks).
 
     >>> import numpy as np, adjit
     >>> round(float(adjit.softplus(np.array(0.0))), 6)
     0.693147
     """
-    return add(maximum(x, 0), log1p(exp(neg(abs(x)))))
+    from .composites import logaddexp
+    return logaddexp(x, 0)
 
 
 @_resolving

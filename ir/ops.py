@@ -415,7 +415,11 @@ def _known(t):
 def _pow_dx(out, x, y):
     d = F.mul(y, F.power(x, F.sub(y, 1)))
     k = _known(y)
-    return d if k is not None and k != 0 else F.where(F.eq(y, 0), F.zeros_like(d), d)
+    if k is not None and k != 0:
+        return d
+    # x ** 0 is 1 (also 0 ** 0): d/dx is 0, where y x^(y-1) is 0 * inf at x = 0. Only there:
+    # elsewhere d itself, whose derivative in y (x^(y-1) at y = 0) second derivatives need
+    return F.where(F.where(F.eq(y, 0), F.eq(x, 0), False), F.zeros_like(d), d)
 
 
 def _pow_dy(out, x, y):
@@ -455,6 +459,50 @@ binary("maximum", np.maximum,
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(x, y)),
                                     None if t[1] is None else F.mul(t[1], _where_ge(y, x))]),
        "np.maximum({0}, {1})", "_rt_maximum({0}, {1})", "_rt_maximum({0}, {1})")
+def _lae_weights(x, y, scale):
+    """The shares of x and y in logaddexp(x, y): sigmoid(+-(x - y) * scale), each smooth, so
+    second derivatives keep the curvature at a tie (1/4 at x == y, where max and |x - y| of
+    the forward formula have kinks); equal infinities split evenly instead of inf - inf."""
+    both_inf = F.where(F.eq(x, y), F.eq(F.abs(x), np.inf), False)
+    d = F.where(both_inf, F.zeros_like(x), F.sub(x, y))
+    if scale != 1:
+        d = F.mul(d, scale)
+    return F.sigmoid(d), F.sigmoid(F.neg(d))
+
+
+def _lae_rule(scale):
+    def vjp(g, out, x, y):
+        wx, wy = _lae_weights(x, y, scale)
+        return [F.mul(g, wx), F.mul(g, wy)]
+
+    def jvp(t, out, x, y):
+        wx, wy = _lae_weights(x, y, scale)
+        return _sum_t([None if t[0] is None else F.mul(t[0], wx),
+                       None if t[1] is None else F.mul(t[1], wy)])
+    return vjp, jvp
+
+
+# log(exp(x) + exp(y)) (softplus, log-likelihoods of mixtures) and its base-2 form, as NumPy
+# computes them: x + log1p(exp(y - x)) from the larger argument
+binary("logaddexp", np.logaddexp, *_lae_rule(1), "np.logaddexp({0}, {1})",
+       "_rt_logaddexp({0}, {1})", "_rt_logaddexp({0}, {1})", flops=10)
+binary("logaddexp2", np.logaddexp2, *_lae_rule(math.log(2.0)), "np.logaddexp2({0}, {1})",
+       "_rt_logaddexp2({0}, {1})", "_rt_logaddexp2({0}, {1})", flops=10)
+def _hypot_share(x, out):
+    """d hypot / dx = x / hypot: 0 at the origin (as abs'(0)), sign(x) where x is infinite
+    (inf / inf would be nan), else the quotient, whose own derivative is then smooth."""
+    inf = F.eq(F.abs(out), np.inf)
+    safe = F.where(F.where(F.eq(out, 0), True, inf), F.ones_like(out), out)
+    share = F.div(x, safe)
+    return F.where(inf, F.where(F.eq(F.abs(x), np.inf), F.sign(x), F.zeros_like(x)), share)
+
+
+# sqrt(x^2 + y^2) without overflow or underflow (the C library's)
+binary("hypot", np.hypot,
+       lambda g, out, x, y: [F.mul(g, _hypot_share(x, out)), F.mul(g, _hypot_share(y, out))],
+       lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _hypot_share(x, out)),
+                                    None if t[1] is None else F.mul(t[1], _hypot_share(y, out))]),
+       "np.hypot({0}, {1})", "math.hypot({0}, {1})", "hypot({0}, {1})", flops=8)
 binary("minimum", np.minimum,
        lambda g, out, x, y: [F.mul(g, _where_ge(y, x)), F.mul(g, _where_ge(x, y))],
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(y, x)),
@@ -977,6 +1025,8 @@ SCALAR_HELPERS = {
     "_rt_sign": "sign, NaN staying NaN",
     "_rt_tanh": "tanh (a backend may use a faster form where its dtype allows)",
     "_rt_sigmoid": "1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0",
+    "_rt_logaddexp": "log(exp(x) + exp(y)) as NumPy's npy_logaddexp",
+    "_rt_logaddexp2": "log2(2**x + 2**y) as NumPy's npy_logaddexp2",
     "_rt_polygamma": "psi^(n)(x) by recurrence and asymptotic series (ir/special.py)",
     "_rt_maximum": "maximum propagating NaN, as np.maximum",
     "_rt_minimum": "minimum propagating NaN, as np.minimum",

@@ -172,9 +172,12 @@ def _infinite_const(g, a):
 
 
 def _guarded(g, gs):
-    """The cotangents gs, 0 where the incoming cotangent g is (0 * inf would be nan)."""
+    """The cotangents gs, 0 where the incoming cotangent g is and they are not finite (0 * inf
+    would be nan). Where they are finite they stay themselves, not a 0 of the where: a
+    second derivative (hessian, hvp) then still sees how they depend on g at g == 0."""
     zero = F.eq(g, 0)
-    return [None if ga is None else F.where(zero, F.zeros_like(ga), ga)
+    return [None if ga is None else F.where(
+        F.where(zero, F.eq(F.lt(F.abs(ga), np.inf), False), False), F.zeros_like(ga), ga)
             if tuple(ga.shape) == tuple(g.shape) else ga for ga in gs]
 
 

@@ -247,3 +247,45 @@ def test_integer_and_filled_arrays_made_inside_receive_traced_values():
         assert np.asarray(got).dtype == np.asarray(want).dtype
     g = adjit.grad(lambda x: np.sum(f(x)[2] ** 2) + np.sum(f(x)[0]))(x)
     np.testing.assert_allclose(g, [3.4, 0, 7.0 + 3])
+
+
+def _d2(f, x):
+    return adjit.grad(adjit.grad(f))(x)
+
+
+def test_curvature_at_ties_and_zeros():
+    rng = np.random.default_rng(7)
+    X, y = rng.normal(size=(10, 3)), np.sign(rng.normal(size=10))
+    nll = lambda w: np.mean(np.logaddexp(0, -y * (X @ w)))      # logistic regression at 0
+    np.testing.assert_allclose(adjit.hessian(nll)(np.zeros(3)), 0.25 * X.T @ X / 10,
+                               atol=1e-15)
+    assert _d2(adjit.softplus, 0.0) == 0.25
+    np.testing.assert_allclose(_d2(lambda x: np.logaddexp2(x, 0.0), 0.0), 0.25 * np.log(2))
+    np.testing.assert_allclose(adjit.hessian(lambda p: np.hypot(p[0], p[1]))(
+        np.array([0.0, 2.0])), [[0.5, 0], [0, 0]])
+    # cotangents exactly 0 (values at the mean) still carry their second derivatives
+    x = np.array([1.0, 2.0, 3.0, 2.0, 2.0])
+    f = lambda x: (lambda z: np.sum(z[1:] * z[:-1]))((x - x.mean()) / x.std())
+    H = adjit.hessian(f)(x)
+    np.testing.assert_allclose(H[0], [-1.2, 1.3, -0.7, 1.3, -0.7], atol=1e-12)
+    np.testing.assert_allclose(H, H.T, atol=1e-12)
+    H = adjit.hessian(lambda x: np.prod(x / 2))(np.array([0.0, 1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(H, H.T)
+    np.testing.assert_allclose(adjit.hessian(lambda p: p[0] ** p[1])(np.array([2.3, 0.0])),
+                               [[0, 1 / 2.3], [1 / 2.3, np.log(2.3) ** 2]])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_logaddexp_and_hypot_edges(backend):
+    a = np.array([-np.inf, np.inf, 0.0, 1e300, -3.0, 5.0, 1e-300, 3.0])
+    b = np.array([-np.inf, np.inf, 0.0, -1e300, 7.0, 5.0, 1e-300, -4.0])
+    with np.errstate(invalid="ignore"):
+        for f in (np.logaddexp, np.logaddexp2, np.hypot):
+            np.testing.assert_array_equal(adjit.compile(f, backend=backend)(a, b), f(a, b))
+    ga, gb = adjit.grad(lambda a, b: np.sum(np.logaddexp(a, b)), argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(ga[:4], [0.5, 0.5, 0.5, 1.0])
+    np.testing.assert_allclose(ga + gb, 1.0)
+    ha, hb = adjit.grad(lambda a, b: np.sum(np.hypot(a, b)), argnums=(0, 1))(
+        np.array([0.0, np.inf, 3.0]), np.array([0.0, 1.0, -4.0]))
+    np.testing.assert_allclose(ha, [0, 1, 0.6])
+    np.testing.assert_allclose(hb, [0, 0, -0.8])

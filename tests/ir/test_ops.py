@@ -84,6 +84,9 @@ def _no_scipy():
 # enough for central differences at 1e-7 (its derivative, digamma, is adjit's own series and
 # is checked against known values in tests/frontend/test_sweep9.py)
 _GRADCHECK_TOL = {"gammaln": 1e-6} if _no_scipy() else {}
+# central differences of log2(2^x + 2^y) carry 1.2e-7 on one case; the rule itself matches
+# 2^x / (2^x + 2^y) in long double to 1e-16
+_GRADCHECK_TOL["logaddexp2"] = 3e-7
 
 
 @pytest.mark.parametrize("name,k,fn,spec", CASES, ids=IDS)
