@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from ..ir.errors import AdjitError
-from ..ir.fused import Instr
+from ..ir.fused import Instr, value_types
 from ..ir.ops import OPS
 from .codegen import comment, load_module, node_comment
 from .fused_numpy import numpy_group
@@ -317,9 +317,16 @@ def quiet_pedantic_checks():
 
 
 def _numba_types(g, args, nodes) -> bool:
-    """Can numba compile a kernel over these dtypes? (It has no float16 and no long double:
-    such groups run as NumPy code, which computes them as NumPy does.)"""
-    return all(g[x]["dtype"] in _NUMBA_DTYPES for x in list(args) + list(nodes))
+    """Can numba compile a kernel over these dtypes, its intermediate values' included (a
+    uint8 logaddexp computes in float16)? It has no float16 and no long double: such groups
+    run as NumPy code, which computes them as NumPy does."""
+    if not all(g[x]["dtype"] in _NUMBA_DTYPES for x in list(args) + list(nodes)):
+        return False
+    a = g[nodes[0]]["attrs"] if nodes else None
+    if a is None or "expr" not in a:
+        return True
+    types = value_types([g[x]["shape"] for x in args], [g[x]["dtype"] for x in args], a)
+    return all(np.dtype(dt) in _NUMBA_DTYPES for _, dt in types)
 
 
 _NUMBA_DTYPES = frozenset(np.dtype(t) for t in (

@@ -289,3 +289,13 @@ def test_logaddexp_and_hypot_edges(backend):
         np.array([0.0, np.inf, 3.0]), np.array([0.0, 1.0, -4.0]))
     np.testing.assert_allclose(ha, [0, 1, 0.6])
     np.testing.assert_allclose(hb, [0, 0, -0.8])
+
+
+def test_numba_groups_with_float16_inside_run_as_numpy_code():
+    u8 = np.random.default_rng(0).integers(0, 9, 5000).astype(np.uint8)
+    cases = [(lambda a: np.logaddexp(a, a) / np.float32(1.5), u8),   # computes in float16
+             (lambda a: np.float16(1.5) == a, u8 > 4), (lambda a: np.hypot(a, a) == a, u8 > 4)]
+    for f, a in cases:
+        got = adjit.compile(f, backend="numba")(a)
+        np.testing.assert_array_equal(got, f(a))
+        assert got.dtype == f(a).dtype
