@@ -36,6 +36,11 @@ def _same_structure(what, a, b):
                              f", the parameter has shape {tuple(np.shape(x))}")
 
 
+def _as_dtype_of(new, old):
+    dt = getattr(old, "dtype", None)
+    return new.astype(dt) if dt is not None and dt.kind == "f" and new.dtype != dt else new
+
+
 def _aligned(ref, tree):
     """tree with its dicts' keys in ref's order (a state saved with sorted keys), so that
     entries pair with parameters by name, not by position."""
@@ -63,8 +68,25 @@ class Optimizer:
                              f"finite, got {lr}")
         self.lr = float(lr)
         self.backend = backend
-        self._compiled = adjit_compile(self.apply, backend=backend, fuse=fuse)
+        # the hyperparameters besides lr are compiled into the update, keyed by their values
+        # (a static argument): changing opt.weight_decay later compiles the new update
+        self._compiled = adjit_compile(self._configured, backend=backend, fuse=fuse,
+                                       static_argnums=4)
         self._compiled.__name__ = f"{type(self).__name__.lower()}_update"
+
+    def _configured(self, params, grads, state, lr, config):
+        new, new_state = self.apply(params, grads, state, lr)
+        # parameters and their slots keep their dtypes, as an in-place update would (an
+        # apply computing with the float64 lr or float64 gradients would promote float32)
+        new, new_state = tree_map(_as_dtype_of, new, params), dict(new_state)
+        for slot in self.slots:
+            if slot in new_state and slot in state:
+                new_state[slot] = tree_map(_as_dtype_of, new_state[slot], state[slot])
+        return new, new_state
+
+    def config(self):
+        """The hyperparameters compiled into the update (all but lr), as a hashable key."""
+        return tuple((k, v) for k, v in sorted(self._hyperparameters().items()) if k != "lr")
 
     def init(self, params):
         """The initial state: a step count and zeros like each parameter per slot."""
@@ -77,7 +99,8 @@ class Optimizer:
         """One step of the compiled update; `lr` overrides the learning rate for this step."""
         grads = _aligned(params, grads)
         _same_structure("grads", params, grads)
-        return self._compiled(params, grads, self.check_state(params, state), self.hyper(lr))
+        return self._compiled(params, grads, self.check_state(params, state), self.hyper(lr),
+                              self.config())
 
     def check_state(self, params, state):
         """state (from `init`) with each slot keyed and shaped like params, its dicts' keys
@@ -102,7 +125,7 @@ class Optimizer:
 
     def lower(self, params, grads, state):
         """The Program of the update for these shapes (source, IR, memory)."""
-        return self._compiled.lower(params, grads, state, self.hyper())
+        return self._compiled.lower(params, grads, state, self.hyper(), self.config())
 
     def apply(self, params, grads, state, lr):
         raise NotImplementedError
@@ -135,8 +158,11 @@ class SGD(Optimizer):
             raise ValueError("SGD: Nesterov momentum needs momentum > 0")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
         self.weight_decay = float(weight_decay)
-        self.slots = ("momentum",) if momentum else ()
         super().__init__(lr, **options)
+
+    @property
+    def slots(self):
+        return ("momentum",) if self.momentum else ()
 
     def apply(self, params, grads, state, lr):
         mu, wd = self.momentum, self.weight_decay

@@ -101,7 +101,8 @@ class Trainer:
             # the arrays a step returns are overwritten by the next one (copy to keep them)
             options.update(cuda_graph=True, donate_argnums=(0, 1))
         self.cuda_graph = "cuda_graph" in options
-        self._train_step = adjit_compile(self._step_fn, **options)
+        # the optimizer's hyperparameters besides lr are static: changing one recompiles
+        self._train_step = adjit_compile(self._step_fn, static_argnums=5, **options)
         self._train_step.__name__ = "train_step"
         self._eval_step = adjit_compile(self._eval_fn, backend=backend, fuse=fuse)
         self._eval_step.__name__ = "eval_step"
@@ -166,14 +167,17 @@ class Trainer:
             return np.sum(match) / max(match.size // max(len(y), 1), 1)
         return 0
 
-    def _step_fn(self, params, state, X, y, lr):
+    def _step_fn(self, params, state, X, y, lr, config=()):
         (loss, correct), grads = value_and_grad(self.objective, has_aux=True)(params, X, y)
-        params, state = self.optimizer.apply(params, grads, state, lr)
+        params, state = self.optimizer._configured(params, grads, state, lr, config)
         return loss, correct, params, state
 
     def _eval_fn(self, params, X, y):
         logits = self.model.apply(params, X)
-        return self.loss_fn(logits, y) * len(X), self._correct(logits, y)
+        loss = self.loss_fn(logits, y)
+        # summed over chunks in at least float32: 10,000 float16 losses of 10 overflow
+        loss = loss.astype(np.promote_types(loss.dtype, np.float32))
+        return loss * len(X), self._correct(logits, y)
 
     # -- one step, evaluation -------------------------------------------------------------
     def init(self, seed=0):
@@ -193,11 +197,13 @@ class Trainer:
                               f"X.astype(np.{self.model.dtype})")
         self._check_batch_targets(params, X, y)
         state = self.optimizer.check_state(params, state)
-        return self._train_step(params, state, X, y, self.optimizer.hyper(lr))
+        return self._train_step(params, state, X, y, self.optimizer.hyper(lr),
+                                self.optimizer.config())
 
     def lower(self, params, state, X, y):
         """The Program of the training step for these shapes (source, IR, memory)."""
-        return self._train_step.lower(params, state, X, y, self.optimizer.hyper())
+        return self._train_step.lower(params, state, X, y, self.optimizer.hyper(),
+                                      self.optimizer.config())
 
     def _check_batch_targets(self, params, X, y):
         if not isinstance(y, np.ndarray):
@@ -319,10 +325,11 @@ class Trainer:
         bar = tqdm(it, total=n_steps, desc=f"epoch {epoch}/{epochs}", unit="step",
                    disable=not progress, leave=False, dynamic_ncols=True)
         meter = _Meter(epoch, batch_size, scored=self.target_kind(y) is not None)
+        config = self.optimizer.config()
         for k, (xb, yb) in enumerate(bar, start=1):
             lr = lr_schedule(epoch, k) if lr_schedule else None
-            loss, correct, params, state = self._train_step(params, state, xb, yb,
-                                                            self.optimizer.hyper(lr))
+            loss, correct, params, state = self._train_step(
+                params, state, xb, yb, self.optimizer.hyper(lr), config)
             meter.add(loss, correct)
             if k % 10 == 0:
                 meter.flush()

@@ -310,3 +310,50 @@ def test_validation_must_be_a_pair():
     tr = make_trainer()
     with pytest.raises(ValueError, match=r"\(X, y\) pair"):
         tr.fit(*tr.init(0), X, y, validation=(X, y, y), progress=False, log=None)
+
+
+def test_changed_hyperparameters_take_effect():
+    X, y = blobs(n=64)
+    opt = SGD(0.1, 0.5, backend="numpy")
+    tr = Trainer(MLP([4, 8, 3]), opt, backend="numpy")
+    p, s = tr.init(0)
+    tr.fit(p, s, X, y, batch_size=16, progress=False, log=None)
+    opt.weight_decay, opt.momentum = 0.5, 0.9
+    got = tr.fit(p, s, X, y, batch_size=16, progress=False, log=None)[0]
+    fresh = Trainer(MLP([4, 8, 3]), SGD(0.1, 0.9, weight_decay=0.5, backend="numpy"),
+                    backend="numpy")
+    want = fresh.fit(p, s, X, y, batch_size=16, progress=False, log=None)[0]
+    for k in p:
+        np.testing.assert_array_equal(got[k], want[k])
+    p2, _ = opt.update(p, p, s)                      # the optimizer's own update too
+    np.testing.assert_allclose(p2["W1"], p["W1"] - 0.1 * (p["W1"] + 0.5 * p["W1"]), rtol=1e-6)
+
+
+def test_a_user_optimizer_keeps_float32_parameters():
+    from adjit.nn import Optimizer
+    from adjit.nn.optim import tree_map
+
+    class RMSprop(Optimizer):
+        slots = ("sq",)
+
+        def apply(self, params, grads, state, lr):
+            sq = tree_map(lambda s, g: 0.99 * s + 0.01 * g * g, state["sq"], grads)
+            new = tree_map(lambda p, g, s: p - lr * g / (np.sqrt(s) + 1e-8), params, grads, sq)
+            return new, {"step": state["step"] + 1, "sq": sq}
+
+    X, y = blobs()
+    tr = Trainer(MLP([4, 5, 3]), RMSprop(0.01, backend="numpy"), backend="numpy")
+    p, s, _ = tr.fit(*tr.init(0), X, y, batch_size=8, progress=False, log=None)
+    assert all(v.dtype == np.float32 for v in p.values())
+    assert all(v.dtype == np.float32 for v in s["sq"].values())
+
+
+def test_float16_model_evaluates_large_sets():
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(10000, 20)) * 4).astype(np.float16)
+    y = rng.integers(0, 10, 10000)
+    tr = Trainer(MLP([20, 64, 10], dtype=np.float16), SGD(0.1, backend="numpy"),
+                 backend="numpy")
+    p, _ = tr.init(0)
+    whole, chunked = tr.evaluate(p, X, y)[0], tr.evaluate(p, X, y, batch_size=1000)[0]
+    assert np.isfinite(whole) and abs(whole - chunked) < 0.01 * chunked
