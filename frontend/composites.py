@@ -340,7 +340,12 @@ def sort(x, axis=-1, kind=None, order=None):
         raise UnsupportedError(f"np.sort with order={order!r}{_at(user_where())}")
     if axis is None:
         x, axis = F.ravel(x), 0
-    return F.take_along_axis(x, F.argsort(x, axis), axis)
+    if not isinstance(x, Tracer):
+        return np.sort(x, axis=axis)
+    if x.ndim == 0:
+        raise ShapeError(f"np.sort of a 0-d array{_at(user_where())} (NumPy: axis out of bounds)")
+    ax = F._norm_axes((axis,), x.ndim, "sort")[0]
+    return x.ctx.emit("sort", [x], {"axis": ax})
 
 
 def median(x, axis=None, keepdims=False):

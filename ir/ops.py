@@ -925,6 +925,29 @@ _register(OpDef(
     "np.argsort({0}, axis={axis}, kind='stable').astype(np.int64)", differentiable=False,
     doc="indices that sort along `axis` (stable); np.sort gathers with them"))
 
+def _sort_perm_key(x, axis):
+    """The gather key of take_along_axis(x, argsort(x, axis), axis) (stable: ties in order)."""
+    key = F.along_axis_key(x, F.argsort(x, axis), axis)
+    arrays, tkey = F.advanced_key(x, key)
+    return [a if isinstance(a, F.Tracer) else F.lift(a, a.dtype, x.ctx) for a in arrays], tkey
+
+
+def _sort_vjp(g, out, x, axis):
+    idx, key = _sort_perm_key(x, axis)
+    return [F.scatter_add(g, idx, key, x.shape)]    # each place once: a permutation
+
+
+def _sort_jvp(t, out, x, axis):
+    idx, key = _sort_perm_key(x, axis)
+    return F.gather(t[0], idx, key)
+
+
+_register(OpDef(
+    "sort", 1, "index", same_shape, first_dtype, lambda x, axis: np.sort(x, axis=axis),
+    _sort_vjp, _sort_jvp, "np.sort({0}, axis={axis})",
+    doc="the values sorted along `axis`, as np.sort (NaN last); the cotangent goes back "
+        "through the stable argsort's permutation"))
+
 # -- algebraic identities (simplify) ----------------------------------------------------------
 def _is(v, k):
     return v is not None and v == k

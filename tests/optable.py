@@ -115,8 +115,11 @@ TABLE = {
     "arctan2": _b(np.arctan2, "away0"),
     # kinks where x / y is whole: y away from 0 and x spread over several multiples of y
     "fmod": _b(lambda x, y: np.fmod(x * 4.0, y), "any", "away0"),
-    "argsort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
+    "argsort": {"fn": lambda x: np.take_along_axis(x, np.argsort(x), -1) * 2.0
+                + np.take_along_axis(x, np.argsort(x, axis=0), 0),
                 "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
+    "sort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
+             "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),
     # the derivative ignores the stopped factor, so differences cannot check it
     "stop_gradient": dict(_u(lambda x: adjit.stop_gradient(x) * x), fd=False),
