@@ -282,6 +282,11 @@ def _check_options(fn, fuse, options):
         raise OptionError(f"adjit needs a function to compile, got {type(fn).__name__} "
                           f"{fn!r:.60}")
     for k in sorted(set(options) - BACKEND_OPTIONS):
+        if k in _ALL_OPTIONS:        # a transformation's own option given to another one
+            compile_options = [o for o in _ALL_OPTIONS if o not in ("argnums", "has_aux")]
+            raise OptionError(f"{k!r} is not an option of this transformation (adjit.grad "
+                              f"and value_and_grad take argnums and has_aux; the compile "
+                              f"options are {', '.join(compile_options)})")
         near = difflib.get_close_matches(k, _ALL_OPTIONS, n=1)
         raise OptionError(f"unknown compile option {k!r}" + (f"; did you mean {near[0]!r}?"
                                                               if near else "") +

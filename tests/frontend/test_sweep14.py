@@ -299,3 +299,8 @@ def test_numba_groups_with_float16_inside_run_as_numpy_code():
         got = adjit.compile(f, backend="numba")(a)
         np.testing.assert_array_equal(got, f(a))
         assert got.dtype == f(a).dtype
+
+
+def test_a_transformations_option_given_to_another_one():
+    with pytest.raises(adjit.OptionError, match="'has_aux' is not an option of this"):
+        adjit.jvp(lambda x: (x ** 2, x), (1.0,), (1.0,), has_aux=True)
