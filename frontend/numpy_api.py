@@ -491,7 +491,8 @@ FUNCTIONS.update({
     np.nanargmax: S.nanargmax, np.nanargmin: S.nanargmin,
     np.nanquantile: S.refuse_nan_quantile("nanquantile", "quantile"),
     np.nanpercentile: S.refuse_nan_quantile("nanpercentile", "percentile"),
-    np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: N.nan_to_num, np.select: N.select,
+    np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: lambda *a, **k: _nan_to_num(*a, **k),
+    np.select: N.select,
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
     np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted,
@@ -858,6 +859,14 @@ def _select_into(dst, mask, values):
     values = F.cast(values, dst.dtype) if isinstance(values, Tracer) else \
         np.asarray(values, dst.dtype)
     _setitem(dst, Ellipsis, F.where(mask, values, dst))
+
+
+def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    r = N.nan_to_num(x, copy, nan, posinf, neginf)
+    if copy is False and r is not x and isinstance(x, (Tracer, B.Buffer)):
+        _setitem(x, Ellipsis, r)      # NumPy's copy=False replaces the values in place
+        return x
+    return r
 
 
 def _copyto(dst, src, casting="same_kind", where=True):

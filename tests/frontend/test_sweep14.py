@@ -304,3 +304,15 @@ def test_numba_groups_with_float16_inside_run_as_numpy_code():
 def test_a_transformations_option_given_to_another_one():
     with pytest.raises(adjit.OptionError, match="'has_aux' is not an option of this"):
         adjit.jvp(lambda x: (x ** 2, x), (1.0,), (1.0,), has_aux=True)
+
+
+def test_nan_to_num_copy_false_works_in_place():
+    def f(x):
+        z = np.log(x)
+        r = np.nan_to_num(z, copy=False)
+        return z, r
+
+    x = np.array([-1.0, 0.0, 2.0])
+    with np.errstate(all="ignore"):
+        for got, want in zip(adjit.compile(f)(x), f(x)):
+            np.testing.assert_array_equal(got, want)
