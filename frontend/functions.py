@@ -576,6 +576,8 @@ def advanced_key(x, key):
             axis += 1
         if isinstance(k, (Tracer, np.ndarray, list)):
             k = k if isinstance(k, Tracer) else np.asarray(k)
+            if k.size == 0 and not isinstance(k, Tracer) and k.dtype.kind == "f":
+                k = k.astype(np.intp)        # x[[]]: NumPy takes an empty list as integers
             if k.dtype == np.bool_:
                 raise UnsupportedError(
                     f"boolean mask indexing makes a shape that depends on the data"

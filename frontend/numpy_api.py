@@ -495,7 +495,7 @@ FUNCTIONS.update({
     np.select: N.select,
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
-    np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted,
+    np.fix: N.fix, np.linspace: N.linspace, np.searchsorted: N.searchsorted, np.digitize: N.digitize,
     np.gradient: N.gradient, np.vander: N.vander,
     np.unravel_index: N.unravel_index,
     # a full sort meets partition's contract (the k-th element in place, none larger before
@@ -1282,11 +1282,20 @@ def _setitem(s, k, v):
             s.assign(F.cast(F.where(m, F.cast(v.full, s.dtype), s), s.dtype))
             return
         v = B.resolve(v)
-        if int(np.prod(F._shape_of(v), dtype=np.int64)) != 1:
+        # one value, or one row for each selected place (h[done] = h0 with done of shape
+        # (n,) and h0 of h's row shape): no count needed
+        vs, rest = tuple(F._shape_of(v)), tuple(s.shape[mask.ndim:])
+        while vs and vs[0] == 1 and len(vs) > len(rest):
+            vs = vs[1:]
+        try:
+            fits = len(vs) <= len(rest) and np.broadcast_shapes(vs, rest) == rest
+        except ValueError:
+            fits = False
+        if not fits:
             raise UnsupportedError(
                 f"x[mask] = values with a traced mask{_at(user_where())}: how many values are "
                 "taken depends on the data; write x = np.where(mask, new_values, x) instead")
-        v = F.reshape(v, ()) if isinstance(v, Tracer) else np.asarray(v).reshape(())
+        v = F.reshape(v, vs) if isinstance(v, Tracer) else np.asarray(v).reshape(vs)
         s.assign(F.cast(F.where(m, F.cast(v, s.dtype), s), s.dtype))
         return
     traced = F.traced_positions(s, k)

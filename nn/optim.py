@@ -110,6 +110,12 @@ class Optimizer:
             have = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{type(self).__name__}: the state must be a dict with 'step' and "
                              f"{list(self.slots)} (from {type(self).__name__}.init), got {have}")
+        leaves, _, paths = pytree.flatten(params, "params")
+        for x, path in zip(leaves, paths):
+            if np.dtype(getattr(x, "dtype", np.asarray(x).dtype)).kind != "f":
+                raise ValueError(f"{type(self).__name__}: {path} has dtype {x.dtype}; "
+                                 f"parameters must be floating point (an integer parameter "
+                                 f"would round every step away): params as float32 or float64")
         state = dict(state)
         for slot in self.slots:
             state[slot] = _aligned(params, state[slot])

@@ -316,3 +316,57 @@ def test_nan_to_num_copy_false_works_in_place():
     with np.errstate(all="ignore"):
         for got, want in zip(adjit.compile(f)(x), f(x)):
             np.testing.assert_array_equal(got, want)
+
+
+def test_sinc_derivatives_near_zero():
+    xs = np.array([0.0, 1e-10, 1e-8, 1e-6, 0.0318, 0.0319, 0.5, -0.03])
+    g = adjit.grad(lambda x: np.sum(np.sinc(x)))(xs)
+    px = np.pi * xs
+    with np.errstate(invalid="ignore", divide="ignore"):
+        quotient = (np.cos(px) * px - np.sin(px)) / (px * xs)
+    want = np.where(np.abs(xs) < 1e-3, -(np.pi ** 2 / 3) * xs, quotient)
+    np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(adjit.hessian(np.sinc)(1e-8), -np.pi ** 2 / 3, rtol=1e-9)
+    np.testing.assert_allclose(adjit.compile(np.sinc)(xs), np.sinc(xs), rtol=1e-15)
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_digitize(right):
+    x = np.array([0.2, 6.4, 3.0, 1.6, -1, 10, 1.0])
+    for bins in (np.array([0.0, 1.0, 2.5, 4.0, 10.0]), np.array([10.0, 4.0, 2.5, 1.0, 0.0])):
+        f = lambda x, b: np.digitize(x, b, right=right)
+        np.testing.assert_array_equal(adjit.compile(f)(x, bins), f(x, bins))
+        np.testing.assert_array_equal(adjit.compile(lambda x: f(x, bins))(x), f(x, bins))
+
+
+def test_empty_position_lists():
+    x = np.arange(6.0).reshape(2, 3)
+    for f in (lambda x: x[[]], lambda x: np.delete(x, []), lambda x: np.insert(x, [], []),
+              lambda x: x[:, []], lambda x: np.take(x, [])):
+        got, want = adjit.compile(f)(x), f(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+
+
+def test_a_traced_row_mask_assigns_one_row():
+    h, h0 = np.arange(12.0).reshape(4, 3), np.array([-1.0, -2.0, -3.0])
+    d = np.array([0.5, -1, 2, -3])
+
+    def f(h, h0, d):
+        h = h * 1.0
+        h[d > 0] = h0                 # every selected row gets h0
+        h[d < -2] = h0[None] * 2
+        return h
+
+    np.testing.assert_array_equal(adjit.compile(f)(h, h0, d), f(h, h0, d))
+    w = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(
+        adjit.grad(lambda h, h0: np.sum(f(h, h0, d) * w), argnums=1)(h, h0),
+        w[0] + w[2] + 2 * w[3])
+
+    def g(h, d):
+        h = h * 1.0
+        h[d > 0] = np.ones((2, 3))    # one row per selected place: needs the count
+        return h
+
+    with pytest.raises(adjit.UnsupportedError, match="np.where"):
+        adjit.compile(g)(h, d)

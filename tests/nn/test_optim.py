@@ -213,3 +213,12 @@ def test_per_step_learning_rate_is_checked():
     for lr in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="for this step must be >= 0 and finite"):
             opt.update(p, {"w": np.ones(2)}, opt.init(p), lr=lr)
+
+
+def test_integer_parameters_are_refused():
+    import pytest
+    from adjit.nn import SGD
+    opt = SGD(0.1, backend="numpy")
+    p = {"w": np.array([1, 2])}
+    with pytest.raises(ValueError, match="floating point"):
+        opt.update(p, {"w": np.array([1.0, -1.0])}, opt.init(p))
