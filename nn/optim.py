@@ -112,8 +112,9 @@ class Optimizer:
                              f"{list(self.slots)} (from {type(self).__name__}.init), got {have}")
         leaves, _, paths = pytree.flatten(params, "params")
         for x, path in zip(leaves, paths):
-            if np.dtype(getattr(x, "dtype", np.asarray(x).dtype)).kind != "f":
-                raise ValueError(f"{type(self).__name__}: {path} has dtype {x.dtype}; "
+            dt = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+            if dt.kind != "f":
+                raise ValueError(f"{type(self).__name__}: {path} has dtype {dt}; "
                                  f"parameters must be floating point (an integer parameter "
                                  f"would round every step away): params as float32 or float64")
         state = dict(state)
