@@ -9,6 +9,9 @@ Two programs, each written the way users write them in NumPy:
        loss = sum of squared positions; gradient w.r.t. (x0, v0, k).
   rnn: a tanh RNN (batch 32, hidden 64) whose states fill `hs = np.zeros((T, 32, 64))`,
        loss = mean of squares; gradient w.r.t. W.
+  rk4: a Lotka-Volterra system integrated with RK4, its state packed with np.array and
+       unpacked by indexing (`np.array([a*y[0] - b*y[0]*y[1], ...])`); gradient w.r.t. the
+       four rates.
 Prints, per program and T: compile (trace + passes + codegen + first call) and the median
 time of one value_and_grad call, with ratios against JAX and PyTorch.
 """
@@ -41,6 +44,24 @@ def rnn(W, xs):
         h = np.tanh(h @ W + xs[t])
         hs[t] = h
     return np.mean(hs ** 2)
+
+
+def _lv(y, p, xp):
+    return xp.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]])
+
+
+def rk4(p, T, xp=np):
+    y, h = xp.array([1.0, 0.5]) if xp is np else xp.asarray([1.0, 0.5]), 0.01
+    f = (lambda y: np.array([p[0] * y[0] - p[1] * y[0] * y[1],
+                             -p[2] * y[1] + p[3] * y[0] * y[1]])) if xp is np else \
+        (lambda y: _lv(y, p, xp))
+    for _ in range(T):
+        k1 = f(y)
+        k2 = f(y + h / 2 * k1)
+        k3 = f(y + h / 2 * k2)
+        k4 = f(y + h * k3)
+        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return y[0] + 2 * y[1]
 
 
 def _time(fn, repeat):
@@ -76,6 +97,9 @@ def _jax(prog, T, args, repeat):
                 x = x.at[i + 1, 0].set(pos + 0.01 * vel)
                 x = x.at[i + 1, 1].set(vel - 0.01 * (p[2] * pos + 0.1 * vel))
             return jnp.sum(x[:, 0] ** 2)
+    elif prog == "rk4":
+        def f(p):
+            return rk4(p, T, jnp)
     else:
         def f(W, xs):
             h = jnp.zeros((B, H))
@@ -110,6 +134,12 @@ def _torch(prog, T, args, repeat):
             loss = torch.sum(x[:, 0] ** 2)
             loss.backward()
             return loss, p.grad
+    elif prog == "rk4":
+        def run():
+            p = torch.tensor(args[0], requires_grad=True)
+            loss = rk4(p, T, torch)
+            loss.backward()
+            return loss, p.grad
     else:
         xs = torch.tensor(args[1])
 
@@ -139,7 +169,8 @@ def main():
           f"{'JAX step':>10}{'torch step':>12}{'vs JAX':>8}{'vs torch':>10}")
     for T in [int(s) for s in a.steps.split(",")]:
         cases = {"ode": (lambda p, T=T: ode(p, T), (np.array([1.0, 0.0, 2.0]),)),
-                 "rnn": (rnn, (rng.normal(size=(H, H)) * 0.1, rng.normal(size=(T, B, H))))}
+                 "rnn": (rnn, (rng.normal(size=(H, H)) * 0.1, rng.normal(size=(T, B, H)))),
+                 "rk4": (lambda p, T=T: rk4(p, T), (np.array([1.1, 0.4, 0.4, 0.1]),))}
         for prog, (f, args) in cases.items():
             ac, at = _adjit(f, args, a.backend, a.repeat)
             j = _jax(prog, T, args, a.repeat)

@@ -589,7 +589,7 @@ _register(OpDef(
     lambda g, out, *xs, axis: F.split_like(g, [x.shape[axis] for x in xs], axis),
     lambda t, out, *xs, axis: F.concatenate(
         [F.zeros(x.shape, x.dtype) if ti is None else ti for ti, x in zip(t, xs)], axis),
-    None))
+    lambda args, a: f"np.concatenate(({', '.join(args)},), axis={a['axis']})"))
 
 # -- indexing by integer arrays (class labels) ------------------------------------------------
 _register(OpDef(
