@@ -584,6 +584,39 @@ def _unsupported(name):
         "adjit.where for data-dependent choices.")
 
 
+def _loop_dtypes(ufunc, inputs):
+    """(input dtypes..., output dtype) of the NumPy loop for these arguments (Python numbers
+    and adjit's Python-number arguments weak), or None where NumPy cannot say."""
+    from .functions import _is_weak
+    if ufunc.nout != 1:
+        return None
+    spec = []
+    for x in inputs:
+        x = B.resolve(x) if isinstance(x, B.Buffer) else x
+        if isinstance(x, Tracer):
+            spec.append(type(_weak_value(x)) if _is_weak(x) else x.dtype)
+        elif isinstance(x, bool):
+            spec.append(np.dtype(bool))
+        elif isinstance(x, (int, float, complex)) and not isinstance(x, np.generic):
+            spec.append(type(x))
+        elif isinstance(x, (np.ndarray, np.generic)):
+            spec.append(x.dtype)
+        else:
+            return None
+    try:
+        loop = ufunc.resolve_dtypes(tuple(spec) + (None,))
+    except (TypeError, ValueError, np.exceptions.DTypePromotionError):
+        return None
+    if any(dt.kind not in "biuf" for dt in loop):
+        return None
+    return loop
+
+
+def _weak_value(t):
+    """A Python number of the kind of weak tracer t (its dtype's kind)."""
+    return {"b": True, "i": 0, "u": 0, "f": 0.0, "c": 0j}[t.dtype.kind]
+
+
 def array_ufunc(ufunc, method, inputs, kwargs):
     for k in ("casting", "order", "subok"):
         kwargs.pop(k, None)   # results are stored with the out array's dtype; layouts are free
@@ -640,8 +673,16 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         if dtype is not None and np.dtype(dtype).kind in "fc":
             # computed in that dtype, as NumPy does (np.exp(x32, dtype=np.float64))
             inputs = tuple(F.cast(x, dtype) if isinstance(x, Tracer) else x for x in inputs)
+        loop = _loop_dtypes(ufunc, inputs) if dtype is None else None
+        if loop is not None:
+            # the loop NumPy picks for these dtypes: np.fabs(uint16) is float32, square(bool)
+            # int8, rint(int) float64, copysign(3, int8) float16
+            inputs = tuple(F.cast(x, dt) if isinstance(x, Tracer) and x.dtype != dt else x
+                           for x, dt in zip(inputs, loop))
         r = UFUNCS[ufunc](*inputs)
         r = F.cast(r, dtype) if dtype is not None else r
+        if loop is not None and isinstance(r, Tracer) and r.dtype != loop[-1]:
+            r = F.cast(r, loop[-1])
         if isinstance(r, Tracer):
             r.ctx.weak.discard(r.id)  # np.exp(t) of a Python number is a (strong) np.float64
         # a ufunc always returns a new array

@@ -370,3 +370,26 @@ def test_a_traced_row_mask_assigns_one_row():
 
     with pytest.raises(adjit.UnsupportedError, match="np.where"):
         adjit.compile(g)(h, d)
+
+
+UFUNC_LOOPS = {
+    "rint of ints": (np.rint, np.array([1, -2, 35])),
+    "heaviside of ints": (lambda a: np.heaviside(a, 1), np.array([1, 0, -3])),
+    "copysign(3, int8)": (lambda x: np.copysign(3, x), np.array([1, -3], np.int8)),
+    "fabs of bools": (np.fabs, np.array([True, False])),
+    "fabs of uint16": (np.fabs, np.array([1, 2, 3], np.uint16)),
+    "deg2rad of uint16": (np.deg2rad, np.array([1, 2, 3], np.uint16)),
+    "square of bools": (np.square, np.array([True, False])),
+    "sinh of uint8": (np.sinh, np.array([1, 2, 3], np.uint8)),
+    "arctan2(int8 scalar, uint8)": (lambda x: np.arctan2(np.int8(3), x),
+                                    np.array([1, 2, 3], np.uint8)),
+    "exp of float32": (np.exp, np.array([1.5, 2.5], np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", list(UFUNC_LOOPS))
+def test_ufuncs_take_numpys_loop_dtypes(name):
+    f, x = UFUNC_LOOPS[name]
+    got, want = adjit.compile(f)(x), f(x)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
