@@ -436,7 +436,7 @@ def _grad_traced(fn, argnums, has_aux, with_value, static):
     @functools.wraps(fn)
     def traced(*args):
         nums, many = _norm_argnums(argnums, len(args), static)
-        g = trace(fn, *args, static_argnums=static)
+        g = trace(fn, *args, static_argnums=static, differentiated=True)
         _scalar_loss_check(g, fn, has_aux)
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
@@ -635,7 +635,7 @@ def vjp(fn, *primals, has_aux=False, **compile_options):
     def make():
         @functools.wraps(fn)
         def traced(primals, cotangent):
-            g = trace(fn, *primals)
+            g = trace(fn, *primals, differentiated=True)
             n_main, main_tree, _ = _aux_split(g, fn, has_aux, "vjp")
             pos = _float_positions(g)
             main = list(range(n_main))
@@ -687,7 +687,7 @@ def jvp(fn, primals, tangents, **compile_options):
     def make():
         @functools.wraps(fn)
         def traced(primals, tangents):
-            g = trace(fn, *primals)
+            g = trace(fn, *primals, differentiated=True)
             pos = _float_positions(g)
             trees = tuple(g.meta["in_trees"])
             t_leaves = pytree.flatten_like(tuple(tangents), ("tuple", len(trees), trees),
@@ -726,7 +726,7 @@ def _make_jacobian(fn, argnums, has_aux, static, compile_options):
     @functools.wraps(fn)
     def traced(*args):
         nums, many = _norm_argnums(argnums, len(args), static)
-        g = trace(fn, *args, static_argnums=static)
+        g = trace(fn, *args, static_argnums=static, differentiated=True)
         n_main, main_tree, aux_tree = _aux_split(g, fn, has_aux, "jacobian")
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
@@ -863,7 +863,7 @@ def _make_hvp(fn, argnums, static, compile_options):
                             "of the function, then the vector v")
         args, v = args_v[:-1], args_v[-1]
         nums, many = _norm_argnums(argnums, len(args), static)
-        g = trace(g_fn, *args, static_argnums=static)
+        g = trace(g_fn, *args, static_argnums=static, differentiated=True)
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
         trees = tuple(g.meta["in_trees"][a] for a in nums)

@@ -87,7 +87,7 @@ def _numeric(x) -> bool:
     return a.dtype != object and a.dtype.kind in "biuf"
 
 
-def trace(fn, *args, static_argnums=()):
+def trace(fn, *args, static_argnums=(), differentiated=False):
     """Trace fn on arguments like args into a Graph (values are only used for shapes/dtypes).
 
     >>> import numpy as np, adjit
@@ -98,7 +98,7 @@ def trace(fn, *args, static_argnums=()):
     static = {static_argnums} if isinstance(static_argnums, (int, np.integer)) else \
         set(static_argnums)
     names = arg_names(fn, len(args))
-    ctx = TraceContext()
+    ctx = TraceContext(differentiated)
     call_args = []
     in_trees = []
     with ctx:

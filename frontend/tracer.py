@@ -74,8 +74,13 @@ def where_override(where: Where | None):
 class TraceContext:
     """Builds one Graph; `with ctx:` makes it the target of NumPy calls on tracers."""
 
-    def __init__(self):
+    def __init__(self, differentiated=False):
         self.graph = Graph()
+        # will this graph be differentiated (traced by grad, jacobian, jvp, ...), or is it
+        # made inside one that will? Then its own backward passes keep second derivatives
+        # (see passes/autodiff.py's _guarded)
+        outer = current()
+        self.differentiated = differentiated or (outer is not None and outer.differentiated)
         # arrays of enclosing traces that the traced function closes over: outer tracer ->
         # the input of this graph that stands for it (see `capture`)
         self.captured = {}

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..frontend import functions as F
 from ..frontend.trace import replay
-from ..frontend.tracer import TraceContext, Tracer, where_override
+from ..frontend.tracer import TraceContext, Tracer, current, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
 from ..ir.ops import OPS
@@ -52,6 +52,9 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     outputs: which of g.outputs are differentiated (default: the first one for "ones", all for
     "inputs"). The other outputs are carried through unchanged (auxiliary values).
     """
+    # inside another trace (grad of grad, hessian, hvp) this backward will be differentiated
+    # itself: its guards must keep how cotangents depend on g where g == 0 (see _guarded)
+    nested = current() is not None and current().differentiated
     ctx = TraceContext()
     with ctx:
         ins = _new_inputs(ctx, g)
@@ -97,7 +100,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
                 masked = n in cot.masked and op.kind in _KEEPS_ZEROS
                 if n in cot.masked and op.guard:
-                    gs = _guarded(cot[n], gs)
+                    gs = _guarded(cot[n], gs, nested)
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
@@ -171,14 +174,22 @@ def _infinite_const(g, a):
     return v is not None and v.dtype.kind == "f" and np.isinf(v).any()
 
 
-def _guarded(g, gs):
-    """The cotangents gs, 0 where the incoming cotangent g is and they are not finite (0 * inf
-    would be nan). Where they are finite they stay themselves, not a 0 of the where: a
-    second derivative (hessian, hvp) then still sees how they depend on g at g == 0."""
+def _guarded(g, gs, exact=False):
+    """The cotangents gs, 0 where the incoming cotangent g is (0 * inf would be nan).
+
+    exact (a backward that will be differentiated again): 0 only where they are also not
+    finite; where finite they stay themselves, not a 0 of the where, so a second derivative
+    (hessian, hvp) still sees how they depend on g at g == 0. Three more passes per guard,
+    which a first-order program does not need."""
     zero = F.eq(g, 0)
-    return [None if ga is None else F.where(
-        F.where(zero, F.eq(F.lt(F.abs(ga), np.inf), False), False), F.zeros_like(ga), ga)
-            if tuple(ga.shape) == tuple(g.shape) else ga for ga in gs]
+    out = []
+    for ga in gs:
+        if ga is None or tuple(ga.shape) != tuple(g.shape):
+            out.append(ga)
+            continue
+        drop = F.where(zero, F.eq(F.lt(F.abs(ga), np.inf), False), False) if exact else zero
+        out.append(F.where(drop, F.zeros_like(ga), ga))
+    return out
 
 
 class _Cotangents:
