@@ -20,3 +20,11 @@ __all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "Gr
            "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
            "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "where"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `import adjit` then `adjit.nn.Adam`: the training package loads on first use
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'adjit' has no attribute {name!r}")

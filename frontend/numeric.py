@@ -771,9 +771,11 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     else:
         raise TypeError(f"np.gradient: {len(varargs)} spacings for {len(axes)} axes"
                         f"{_at(user_where())}")
-    if any(isinstance(h, Tracer) for h in spacing):
-        raise UnsupportedError(f"np.gradient with traced spacing{_at(user_where())}; pass the "
-                               "spacing as a number or a NumPy array")
+    if any(isinstance(h, Tracer) and h.ndim for h in spacing):
+        raise UnsupportedError(f"np.gradient with traced coordinates{_at(user_where())}: "
+                               "their differences make the coefficients; pass them as a NumPy "
+                               "array the function closes over, or mark the argument static "
+                               "(static_argnums=...); a traced uniform spacing h works")
     if edge_order not in (1, 2):
         raise ValueError("'edge_order' greater than 2 not supported")
     if F._dtype_of(f).kind not in "fc":
@@ -785,7 +787,10 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         if n < edge_order + 1:
             raise ValueError("Shape of array too small to calculate a numerical gradient, "
                              "at least (edge_order + 1) elements are required.")
-        outs.append(_gradient_axis(f, ax, n, h, edge_order, dt))
+        if isinstance(h, Tracer):     # a uniform spacing passed as an argument
+            outs.append(F.div(_gradient_axis(f, ax, n, 1.0, edge_order, dt), h))
+        else:
+            outs.append(_gradient_axis(f, ax, n, h, edge_order, dt))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

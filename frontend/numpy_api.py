@@ -6,6 +6,7 @@ them raises UnsupportedError naming the NumPy function and the user's line.
 from __future__ import annotations
 
 import functools
+import sys
 import inspect
 import math
 import threading
@@ -1262,6 +1263,10 @@ def constructors_accept_tracers():
             for name in _RANDOM:
                 _originals[("random", name)] = getattr(np.random, name)
                 setattr(np.random, name, _warning_random(_originals[("random", name)], name))
+            lse = sys.modules.get("scipy.special._logsumexp")
+            if lse is not None and hasattr(lse, "_logsumexp"):
+                _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
+                lse._logsumexp = _scipy_logsumexp_core(lse._logsumexp)
         _patch_depth[0] += 1
     done = []
 
@@ -1278,7 +1283,34 @@ def constructors_accept_tracers():
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))
+                if "scipy_logsumexp" in _originals:
+                    lse, core = _originals.pop("scipy_logsumexp")
+                    lse._logsumexp = core
     return restore
+
+
+def _scipy_logsumexp_core(core):
+    """SciPy's logsumexp core (however the user imported logsumexp) while tracing: SciPy
+    takes every tied maximum out of the sum together and gives the group its gradient
+    through max, which splits it evenly, not in proportion to the weights b; here the max
+    is only a shift (no gradient flows through it), as in adjit.logsumexp."""
+    @functools.wraps(core)
+    def fn(a, b, *, axis, return_sign, xp):
+        if not any(isinstance(B.resolve(x), Tracer) for x in (a, b) if x is not None) or \
+                F._dtype_of(a).kind == "c":
+            return core(a, b, axis=axis, return_sign=return_sign, xp=xp)
+        if b is not None:
+            a = F.where(F.eq(b, 0), -np.inf, a)       # a zero weight drops its term, as SciPy
+        m = F.max(a, axis, keepdims=True)
+        m = F.stop_gradient(F.where(F.lt(F.abs(m), np.inf), m, F.zeros_like(m)))
+        e = F.exp(F.sub(a, m))
+        s = F.sum(e if b is None else F.mul(b, e), axis, keepdims=True)
+        sgn = F.sign(s)
+        out = F.add(F.log(F.abs(s)), m)
+        if not return_sign:
+            out = F.where(F.lt(sgn, 0), np.nan, out)
+        return out, sgn
+    return fn
 
 
 def _pow(x, p):

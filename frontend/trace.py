@@ -101,6 +101,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
     ctx = TraceContext(differentiated)
     call_args = []
     in_trees = []
+    arg_tracers = []
     with ctx:
         for i, (a, name) in enumerate(zip(args, names)):
             if i in static:
@@ -112,6 +113,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             for leaf, path in zip(leaves, paths):
                 shape, dtype, weak = leaf_spec(leaf, path)
                 t = ctx.input(shape, dtype, path)
+                arg_tracers.append((path, t, t.id))
                 if weak:
                     ctx.graph[t.id]["attrs"]["weak"] = True
                 if _fortran(leaf):
@@ -153,6 +155,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
                 from . import functions as F
                 leaf = F.const(leaf)
             outs.append(leaf.id)
+    _warn_written(arg_tracers, outs, fn)
     g = ctx.graph
     g.outputs = outs
     g.meta.update(in_trees=in_trees, out_tree=out_tree, fn_name=getattr(fn, "__name__", "fn"),
@@ -206,6 +209,24 @@ def _warn_mutated(before, fn):
                 "running statistics or optimizer state) and assign them outside.",
                 AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
             return
+
+
+def _warn_written(arg_tracers, outs, fn):
+    """An array argument written in place (param += -lr * dparam, x[0] = 0) whose new value
+    is not returned: NumPy would have changed the caller's array, a compiled function does
+    not (as in JAX), so the update would be lost silently."""
+    import warnings
+    lost = [path for path, t, first in arg_tracers if t.id != first and t.id not in outs]
+    if lost:
+        import inspect
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        warnings.warn_explicit(
+            f"{getattr(fn, '__name__', 'the function')} wrote into its argument"
+            f"{'s' if len(lost) > 1 else ''} {', '.join(lost[:4])} in place without returning "
+            "the new value; the caller's array is not updated by a compiled function (as in "
+            "JAX). Return the new values (params, optimizer state) and assign them outside "
+            "(donate_argnums=... reuses the buffers).", AdjitWarning,
+            code.co_filename if code else "<adjit>", code.co_firstlineno if code else 0)
 
 
 _ADJIT_DIRS = _INTERNAL + _INTERNAL_FILES + _LIBRARIES

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..frontend import pytree
 from ..frontend.api import compile as adjit_compile
+from ..frontend.tracer import Tracer
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "tree_map"]
 
@@ -125,6 +126,9 @@ class Optimizer:
 
     def hyper(self, lr=None):
         """The runtime scalars of the update program."""
+        if isinstance(lr, Tracer):
+            # opt.update(..., lr=lr) inside a compiled step: a scheduled rate passed in
+            return lr.astype(np.float64)
         if lr is not None and not 0 <= float(lr) < np.inf:   # 0 is fine: a warm-up's start
             raise ValueError(f"{type(self).__name__}: the learning rate for this step must be "
                              f">= 0 and finite, got {lr} (from lr= or the lr_schedule)")

@@ -409,3 +409,71 @@ def test_first_order_programs_get_the_cheap_guard():
     assert adjit.gradcheck(ce, z, y) < 1e-6
     h = adjit.hessian(lambda z: ce(z, y))(z)
     np.testing.assert_allclose(h.reshape(40, 40), h.reshape(40, 40).T, atol=1e-12)
+
+
+def test_scipy_logsumexp_gradients_at_ties():
+    ss = pytest.importorskip("scipy.special")
+    from scipy.special import logsumexp          # bound before tracing: still adjit's core
+    w = np.array([1.0, 2.0, 3.0])
+    for f in (lambda x: ss.logsumexp(x, b=w), lambda x: logsumexp(x, b=w)):
+        np.testing.assert_allclose(adjit.grad(f)(np.zeros(3)), w / 6)
+    h = adjit.hessian(lambda x: logsumexp(x))(np.zeros(3))
+    np.testing.assert_allclose(h, np.eye(3) / 3 - 1 / 9, atol=1e-15)
+    x = np.array([[1.0, 3.0, -2.0], [0.5, 0.5, 0.5]])
+    b = np.array([[1.0, 0.5, 2.0], [1.0, 1.0, 0.0]])
+    for kw in (dict(), dict(axis=1), dict(axis=0, keepdims=True), dict(b=b, axis=1),
+               dict(b=-b, axis=1, return_sign=True)):
+        f = lambda x: ss.logsumexp(x, **kw)
+        got, want = adjit.compile(f)(x), f(x)
+        for g_, w_ in zip(got if kw.get("return_sign") else (got,),
+                          want if kw.get("return_sign") else (want,)):
+            np.testing.assert_allclose(g_, w_, rtol=1e-14)
+    assert adjit.gradcheck(lambda x: ss.logsumexp(x, b=b, axis=1).sum(), x) < 1e-6
+
+
+def test_gradient_with_a_traced_uniform_spacing():
+    u = np.sin(np.linspace(0, 3, 12)).reshape(4, 3)
+    f = lambda u, h: np.sum(np.gradient(u, h, axis=0) ** 2)
+    np.testing.assert_allclose(adjit.compile(f)(u, 0.1), f(u, 0.1), rtol=1e-14)
+    assert adjit.gradcheck(f, u, 0.1) < 1e-6
+    with pytest.raises(adjit.UnsupportedError, match="static_argnums"):
+        adjit.compile(lambda u, x: np.gradient(u, x, axis=0))(u, np.arange(4.0))
+
+
+def test_an_optimizer_update_with_a_traced_learning_rate():
+    import adjit.nn
+    opt = adjit.nn.SGD(0.1, backend="numpy")
+    w, x = np.array([1.0, 2.0]), np.array([2.0, 1.0])
+
+    def step(p, s, x, lr):
+        g = adjit.grad(lambda p: np.sum((p["w"] * x - 1.0) ** 2))(p)
+        return opt.update(p, g, s, lr=lr)
+
+    st = adjit.compile(step, donate_argnums=(0, 1))
+    for lr in (0.5, 0.0, 0.1):
+        p, _ = st({"w": w.copy()}, opt.init({"w": w}), x, lr)
+        np.testing.assert_allclose(p["w"], w - lr * 2 * (w * x - 1) * x)
+
+
+def test_adjit_nn_after_import_adjit():
+    import adjit as a
+    assert a.nn.Adam.__name__ == "Adam"
+
+
+def test_an_array_argument_written_in_place_and_not_returned_warns():
+    def step(W, mem, g):
+        mem += g * g
+        W += -0.1 * g / np.sqrt(mem + 1e-8)
+        return np.sum(W)
+
+    with pytest.warns(adjit.AdjitWarning, match="W, mem in place"):
+        adjit.compile(step)(np.ones(2), np.zeros(2), np.ones(2))
+
+    def returned(W, g):
+        W -= 0.1 * g
+        return W
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(adjit.compile(returned)(np.ones(2), np.ones(2)), 0.9)
