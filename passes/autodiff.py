@@ -163,7 +163,8 @@ def _tests_finite(g, cond, memo):
             own = d["op"] in _COMPARISONS and (
                 (len(args) == 2 and args[0] == args[1]) or any(            # x != x
                     _infinite_const(g, a) for a in args))
-            memo[n] = own or (d["dtype"] == np.bool_ and any(memo.get(a) for a in args))
+            # through masks and counts: isnan(y).any(axis=1), isnan(y).sum(axis=1) > 0
+            memo[n] = own or (d["dtype"].kind in "biu" and any(memo.get(a) for a in args))
     return memo[cond]
 
 
