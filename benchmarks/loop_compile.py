@@ -161,6 +161,9 @@ def main():
     ap.add_argument("--steps", default="100,500")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--backend", default="numpy")
+    ap.add_argument("--jax-rk4", action="store_true",
+                    help="also compile rk4 with JAX (at T = 100 it ran over 5 minutes on the "
+                         "project's machine, 2026-11-30, and was stopped)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     print(f"adjit backend {a.backend}; times in ms; compile = trace + passes + codegen + first "
@@ -173,7 +176,7 @@ def main():
                  "rk4": (lambda p, T=T: rk4(p, T), (np.array([1.1, 0.4, 0.4, 0.1]),))}
         for prog, (f, args) in cases.items():
             ac, at = _adjit(f, args, a.backend, a.repeat)
-            j = _jax(prog, T, args, a.repeat)
+            j = _jax(prog, T, args, a.repeat) if prog != "rk4" or a.jax_rk4 else None
             t = _torch(prog, T, args, a.repeat)
             jc, jt = j if j else (float("nan"), float("nan"))
             tt = t[1] if t else float("nan")

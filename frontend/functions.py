@@ -801,9 +801,11 @@ def _axes(x, axis):
     nd = len(_shape_of(x))
     if axis is None:
         return tuple(range(nd))
+    if nd == 0 and not isinstance(axis, (tuple, list)) and axis in (0, -1):
+        return ()                # axis 0 or -1 of a 0-d array: NumPy reduces nothing
     axes = tuple(sorted(set(_norm_axes(axis if isinstance(axis, (tuple, list)) else (axis,),
                                        nd, "reduction"))))
-    return axes if nd else ()    # axis 0 (or -1) of a 0-d array: NumPy reduces nothing
+    return axes
 
 
 def accumulator(dtype):

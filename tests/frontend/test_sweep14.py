@@ -482,3 +482,12 @@ def test_an_array_argument_written_in_place_and_not_returned_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_allclose(adjit.compile(returned)(np.ones(2), np.ones(2)), 0.9)
+
+
+def test_reductions_of_a_0d_array_along_axis_0_or_minus_1():
+    a = np.array(2.0)
+    for f in (lambda a: np.sum(a, axis=-1), lambda a: np.max(a, axis=0),
+              lambda a: np.mean(a, axis=-1)):
+        assert adjit.compile(f)(a) == f(a)
+    with pytest.raises(adjit.ShapeError):
+        adjit.compile(lambda a: np.sum(a, axis=1))(a)
