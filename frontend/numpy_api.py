@@ -231,6 +231,8 @@ def _clip(x, a_min=None, a_max=None, out=None, **kw):
         _store_out(out, _clip(x, a_min, a_max, **kw), "clip")
         return out
     lo, hi = kw.get("min", a_min), kw.get("max", a_max)
+    if isinstance(x, (int, float)) and not isinstance(x, np.generic):
+        x = np.asarray(x)    # NumPy makes the clipped value an array: strong, not weak
     if lo is not None:
         x = F.maximum(x, lo)
     if hi is not None:

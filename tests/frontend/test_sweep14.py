@@ -491,3 +491,11 @@ def test_reductions_of_a_0d_array_along_axis_0_or_minus_1():
         assert adjit.compile(f)(a) == f(a)
     with pytest.raises(adjit.ShapeError):
         adjit.compile(lambda a: np.sum(a, axis=1))(a)
+
+
+def test_clip_of_a_python_number_is_a_strong_array():
+    f32, u16 = np.array([1.5, 2.5], np.float32), np.array([1, 2, 3], np.uint16)
+    for f, x in ((lambda x: np.clip(2.5, x, 3), f32), (lambda x: np.clip(-3, x, 3), u16)):
+        got, want = adjit.compile(f)(x), f(x)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
