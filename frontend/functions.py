@@ -493,8 +493,13 @@ def _getitem(x, key):
     if all(_full_slice(k) for k in key):
         return x
     if x._pending is not None:
-        # reading what a recent assignment wrote: take the written value itself
-        nid = x.read_pending(flat_positions(x.shape)[key])
+        # reading what a recent assignment wrote: take the written value itself; reading
+        # only places no collected write touched (a border cell of a table filled cell by
+        # cell): the value before those writes
+        pos = flat_positions(x.shape)[key]
+        nid = x.read_pending(pos)
+        if nid is None and x.unwritten(pos):
+            nid = x._node("slice", [x._pending[0]], {"index": key})
         if nid is not None:
             out = Tracer(x.ctx, nid)
             out.view_of(x, "slice", {"index": key})

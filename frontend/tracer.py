@@ -287,6 +287,11 @@ class Tracer:
             vid = self._node("reshape", [vid], {"shape": pos.shape})
         return vid
 
+    def unwritten(self, pos: np.ndarray) -> bool:
+        """Do the collected writes leave the flat positions `pos` untouched?"""
+        return self._pending is not None and bool(
+            (self._pending[2][pos.reshape(-1)] < 0).all())
+
     def positions(self) -> np.ndarray:
         """The flat positions in `base` of each element of this view (shape: self.shape)."""
         for op, _, _, writable in self.chain:

@@ -499,3 +499,30 @@ def test_clip_of_a_python_number_is_a_strong_array():
         got, want = adjit.compile(f)(x), f(x)
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
+
+
+def test_a_table_filled_cell_by_cell_reads_its_border_without_rebuilding():
+    n = 8
+
+    def softmin(a, b, c, g=0.1):
+        m = np.minimum(np.minimum(a, b), c)
+        return m - g * np.log(np.exp(-(a - m) / g) + np.exp(-(b - m) / g)
+                              + np.exp(-(c - m) / g))
+
+    def sdtw(x, y):                      # soft-DTW, written as its paper's recursion
+        D = (x[:, None] - y[None, :]) ** 2
+        R = np.full((n + 1, n + 1), 1e10)
+        R[0, 0] = 0.0
+        for i in range(1, n + 1):
+            for j in range(1, n + 1):
+                R[i, j] = D[i - 1, j - 1] + softmin(R[i - 1, j], R[i, j - 1], R[i - 1, j - 1])
+        return R[n, n], R
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=n), rng.normal(size=n)
+    for got, want in zip(adjit.compile(sdtw, backend="numpy")(x, y), sdtw(x, y)):
+        np.testing.assert_array_equal(got, want)
+    assert adjit.gradcheck(lambda x, y: sdtw(x, y)[0], x, y) < 1e-6
+    g = adjit.compile(lambda x, y: sdtw(x, y)[0], backend="numpy").lower(x, y).graph
+    ops = [g[k]["op"] for k in g.nodes()]
+    assert ops.count("concatenate") <= 1, ops.count("concatenate")   # one table, at the end
