@@ -413,22 +413,51 @@ def _lists(v):
 def _user_program(args):
     fn = _load_function(args.target)
     call_args, names = _user_args(fn, args.arg)
+    if args.grad and args.wrt is not None and args.wrt not in names:
+        try:
+            every = list(pyinspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            every = names
+        if args.wrt in every:
+            raise ValueError(f"--wrt {args.wrt}: give it a value with --arg {args.wrt}=... "
+                             "(a default is a constant of the program, not differentiated)")
+        raise ValueError(f"--wrt {args.wrt}: not an argument of {fn.__name__}"
+                         f"({', '.join(every)})")
     try:
         return _lower_user_program(args, fn, call_args, names)
-    except (KeyError, IndexError) as e:
+    except AdjitError:
+        raise                               # adjit's own messages name the line already
+    except KeyError as e:
         # the function looked up an entry the --arg options did not build
         key = e.args[0] if e.args else "KEY"
-        raise ValueError(f"{fn.__name__} raised {type(e).__name__} {e} while being traced; "
-                         f"is an --arg missing for that entry (e.g. --arg NAME.{key}"
-                         "=float32[...])?") from None
+        raise ValueError(f"{fn.__name__} raised KeyError {e}{_user_line(e, fn)} while being "
+                         f"traced; is an --arg missing for that entry (e.g. --arg "
+                         f"NAME.{key}=float32[...])?") from None
+    except IndexError as e:
+        raise ValueError(f"{fn.__name__} raised IndexError: {e}{_user_line(e, fn)} while "
+                         "being traced; check the shapes given with --arg (a list argument's "
+                         "entries are --arg NAME.0=... --arg NAME.1=...)") from None
+    except Exception as e:  # noqa: BLE001 - the user's function: reported in one line
+        raise ValueError(f"{fn.__name__} raised {type(e).__name__}: {e}{_user_line(e, fn)} "
+                         "while being traced") from None
+
+
+def _user_line(e, fn):
+    """' at FILE:LINE (source)' of the innermost frame of e in fn's file, or ''."""
+    import linecache
+    import traceback
+    file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == file]
+    if not frames or f" at {Path(file).name}:" in str(e):
+        return ""
+    f = frames[-1]
+    text = linecache.getline(f.filename, f.lineno).strip()
+    return f" at {Path(f.filename).name}:{f.lineno}" + (f" ({text})" if text else "")
 
 
 def _lower_user_program(args, fn, call_args, names):
     options = dict(backend=args.backend, fuse=args.fuse, checkpoint=args.checkpoint)
     if args.grad:
-        if args.wrt is not None and args.wrt not in names:
-            raise ValueError(f"--wrt {args.wrt}: not an argument of {fn.__name__}"
-                             f"({', '.join(names)})")
         argnum = names.index(args.wrt) if args.wrt else 0
         try:
             prog = value_and_grad(fn, argnum, **options).lower(*call_args)

@@ -170,7 +170,7 @@ def test_inspect_a_user_function(capsys, tmp_path):
     (["{f}:double", "--arg", "x=float32[2]", "--show", "asm"], "unknown part 'asm'"),
     (["nofile.py:f"], "nofile.py: no such file"),
     (["{f}:loss", "--arg", "params.V=float32[3,5]", "--arg", "X=float32[2,5]", "--arg",
-      "y=int64[2]"], "raised KeyError 'W' while being traced; is an --arg missing"),
+      "y=int64[2]"], "raised KeyError 'W' at model.py:"),
 ])
 def test_inspect_errors(capsys, tmp_path, argv, message):
     f = tmp_path / "model.py"
@@ -294,3 +294,18 @@ def test_output_paths_expand_home_and_plots_get_a_known_suffix(tmp_path, monkeyp
     assert check_output_path("--plot", "~/curves", plot=True) == str(tmp_path / "curves.png")
     with pytest.raises(DataError, match="cannot write .txt"):
         check_output_path("--plot", "~/x.txt", plot=True)
+
+
+def test_inspect_reports_the_users_exception_in_one_line(capsys, tmp_path):
+    f = tmp_path / "m2.py"
+    f.write_text("import numpy as np\n"
+                 "def cols(x):\n    return np.sum(x) * x.shape[1]\n"
+                 "def boom(x):\n    raise RuntimeError('boom')\n"
+                 "def ridge(w, t, lam=0.1):\n    return np.sum((w - t) ** 2) + lam\n")
+    code, out, err = run(capsys, "inspect", f"{f}:cols", "--arg", "x=float64[3]")
+    assert code == 1 and "IndexError: tuple index out of range at m2.py:3" in err
+    code, out, err = run(capsys, "inspect", f"{f}:boom", "--arg", "x=float64[3]")
+    assert code == 1 and "RuntimeError: boom at m2.py:5" in err and "Traceback" not in err
+    code, out, err = run(capsys, "inspect", f"{f}:ridge", "--arg", "w=float64[3]", "--arg",
+                         "t=float64[3]", "--wrt", "lam")
+    assert code == 1 and "give it a value with --arg lam=" in err
