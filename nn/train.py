@@ -192,9 +192,10 @@ class Trainer:
             raise ShapeError("train step: the batch is empty (0 examples)")
         if getattr(self.model, "dtype", None) is not None and X.dtype != self.model.dtype:
             # a float64 batch would promote the float32 parameters to float64 silently
+            how = ("scale uint8 pixels as fit and evaluate do: adjit.nn.data.to_float(X)"
+                   if X.dtype == np.uint8 else f"convert it with X.astype(np.{self.model.dtype})")
             raise D.DataError(f"train step: the batch has dtype {X.dtype} but the model is "
-                              f"{self.model.dtype}; convert it with "
-                              f"X.astype(np.{self.model.dtype})")
+                              f"{self.model.dtype}; {how}")
         self._check_batch_targets(params, X, y)
         state = self.optimizer.check_state(params, state)
         return self._train_step(params, state, X, y, self.optimizer.hyper(lr),
