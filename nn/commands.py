@@ -66,9 +66,9 @@ def check_output_path(option, path, plot=False):
     """`path` with ~ expanded (and, for a plot, .png added when it has no suffix); DataError
     unless it can be written (checked before a run, not after it)."""
     target = Path(path).expanduser()
-    if plot:
-        if not target.suffix:
-            target = target.with_suffix(".png")      # what matplotlib would write
+    if plot and not target.suffix:
+        target = target.with_suffix(".png")          # what matplotlib would write
+    if plot and importlib.util.find_spec("matplotlib") is not None:
         import matplotlib.figure
         kinds = matplotlib.figure.Figure().canvas.get_supported_filetypes()
         if target.suffix[1:].lower() not in kinds:

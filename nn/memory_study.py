@@ -233,10 +233,7 @@ def _main(args):
     adjit.frontend.api.pick_backend(args.backend)   # fails now if it cannot run here
     if args.plot:
         from .commands import check_output_path
-        try:
-            args.plot = check_output_path("--plot", args.plot, plot=True)
-        except ImportError:
-            pass          # reported after the table, which needs no matplotlib
+        args.plot = check_output_path("--plot", args.plot, plot=True)
     step = getattr(args, "step", False)
     title = (f"tanh MLP, width {args.width}, batch {args.batch}, float32, "
              f"{args.backend} backend" + (", SGD training step" if step else ""))
