@@ -586,6 +586,22 @@ def heaviside(x, h0):
     return F.where(F.eq(x, 0), h0, F.where(isnan(x), x, step))
 
 
+def signbit(x):
+    """np.signbit: x < 0, and -0.0 (1 / x < 0) for floats (a NaN's sign bit is not seen)."""
+    if F._dtype_of(x).kind not in "fc":
+        return F.lt(x, 0)
+    return F.where(F.lt(x, 0), True, F.lt(F.div(1.0, x), 0))
+
+
+def modf(x):
+    """np.modf: (fractional part, integral part), both with x's sign; (+-0, +-inf) at inf."""
+    from .numeric import trunc
+    x = _as_dtype(x, np.modf(np.ones((), F._dtype_of(x)))[0].dtype)   # ints: NumPy's loop
+    whole = trunc(x)
+    frac = F.where(isinf(x), F.zeros_like(x), F.sub(x, whole))
+    return copysign(frac, x), whole
+
+
 def copysign(x, y):
     # the sign bit of y: y < 0, or 1/y < 0 for y == -0.0 (and -inf already counts as y < 0)
     dt = F.result_dtype(x, y, 1.0)       # Python numbers weak: copysign(2.0, x32) is float32

@@ -1017,6 +1017,8 @@ def tile(x, reps):
 def repeat(x, repeats, axis=None):
     if isinstance(repeats, Tracer):
         repeats._concrete("np.repeat's counts (the result's shape)")
+    if isinstance(repeats, np.ndarray) and repeats.ndim == 0 and repeats.dtype.kind in "iu":
+        repeats = int(repeats)             # np.repeat(x, np.array(2)): a 0-d count
     if np.ndim(repeats) == 0 and not isinstance(repeats, (int, np.integer)):
         raise ShapeError(f"np.repeat: counts must be integers, got {repeats!r}"
                          f"{_at(user_where())}")

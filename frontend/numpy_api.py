@@ -42,7 +42,7 @@ UFUNCS = {
     np.radians: lambda x: F.mul(x, math.pi / 180), np.rad2deg: lambda x: F.mul(x, 180 / math.pi),
     np.degrees: lambda x: F.mul(x, 180 / math.pi), np.logaddexp2: C.logaddexp2,
     np.copysign: C.copysign, np.heaviside: C.heaviside, np.isnan: C.isnan, np.isinf: C.isinf,
-    np.isfinite: C.isfinite, np.logical_and: C.logical_and, np.logical_or: C.logical_or,
+    np.isfinite: C.isfinite, np.signbit: C.signbit, np.modf: C.modf, np.logical_and: C.logical_and, np.logical_or: C.logical_or,
     np.logical_xor: C.logical_xor, np.conjugate: lambda x: x,
     np.bitwise_and: lambda x, y: _bitwise("&", C.logical_and, x, y),
     np.bitwise_or: lambda x, y: _bitwise("|", C.logical_or, x, y),
@@ -487,7 +487,11 @@ FUNCTIONS.update({
 # adjit's arrays are real (complex arguments are refused): the real part is the array, as
 # NumPy's np.real of a real array is a view of it, and the imaginary part is zero
 FUNCTIONS.update({np.real: lambda x: x, np.imag: F.zeros_like,
-                  np.iscomplexobj: lambda x: False, np.isrealobj: lambda x: True})
+                  np.iscomplexobj: lambda x: False, np.isrealobj: lambda x: True,
+                  np.isposinf: lambda x, out=None: F.eq(x, np.inf),
+                  np.isneginf: lambda x, out=None: F.eq(x, -np.inf),
+                  np.isreal: lambda x: F.ones_like(x, dtype=np.bool_),
+                  np.iscomplex: lambda x: F.zeros_like(x, dtype=np.bool_)})
 FUNCTIONS.update({
     np.cov: S.cov, np.corrcoef: S.corrcoef, np.quantile: S.quantile,
     np.percentile: S.percentile, np.nanvar: S.nanvar, np.nanstd: S.nanstd,
@@ -954,6 +958,18 @@ def _fill_diagonal(a, val, wrap=False):
     _setitem(a, (i,) * a.ndim, val)
 
 
+def _compress(condition, a, axis=None, out=None):
+    _no_out("compress", out)
+    if isinstance(B.resolve(condition), Tracer):
+        _unsupported("np.compress with a traced condition (how many values are kept depends "
+                     "on the data; np.where(condition, a, 0) keeps the shape)")
+    keep = np.nonzero(np.asarray(condition, dtype=bool).reshape(-1))[0]
+    if axis is None:
+        a, axis = F.ravel(a), 0
+    return C.take(a, keep, axis)
+
+
+FUNCTIONS[np.compress] = _compress
 FUNCTIONS.update({np.copyto: _copyto, np.put: _put, np.putmask: _putmask,
                   np.put_along_axis: _put_along_axis, np.fill_diagonal: _fill_diagonal})
 INPLACE = {np.copyto, np.put, np.putmask, np.put_along_axis, np.fill_diagonal}
@@ -1034,6 +1050,11 @@ def _install():
     T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
     T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)
     T.argsort = lambda s, axis=-1, kind=None: F.argsort(s, axis)
+    T.compress = lambda s, condition, axis=None, out=None: _compress(condition, s, axis, out)
+    T.put = lambda s, indices, values, mode="raise": _put(s, indices, values, mode)
+    # a sort is a valid partition (np.partition is C.sort too)
+    T.partition = lambda s, kth, axis=-1, kind=None, order=None: s.sort(axis)
+    T.argpartition = lambda s, kth, axis=-1, kind=None, order=None: F.argsort(s, axis)
     T.copy = lambda s, order="C": s.copy_()
     T.conj = T.conjugate = lambda s: s.copy_()
     for name, sym, fn in [("add", "+", F.add), ("sub", "-", F.sub), ("mul", "*", F.mul),

@@ -526,3 +526,31 @@ def test_a_table_filled_cell_by_cell_reads_its_border_without_rebuilding():
     g = adjit.compile(lambda x, y: sdtw(x, y)[0], backend="numpy").lower(x, y).graph
     ops = [g[k]["op"] for k in g.nodes()]
     assert ops.count("concatenate") <= 1, ops.count("concatenate")   # one table, at the end
+
+
+def test_sign_and_part_ufuncs_and_method_forms():
+    x = np.array([-2.0, -0.5, -0.0, 0.0, 0.5, 3.25, np.inf, -np.inf, np.nan])
+    for f in (np.signbit, np.modf, np.isposinf, np.isneginf, np.isreal, np.iscomplex):
+        with np.errstate(all="ignore"):
+            got, want = adjit.compile(f)(x), f(x)
+        for a, b in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+    g = adjit.grad(lambda x: np.sum(np.modf(x)[0] * 2 + np.modf(x)[1]))(np.array([1.5, -2.25]))
+    np.testing.assert_array_equal(g, [2.0, 2.0])
+
+    def f(x):
+        x = x * 1.0
+        a = np.compress([True, False, True], x, axis=1)
+        b = x.compress([1, 0, 1, 0, 1])
+        c = x[0].copy()
+        c.partition(1)
+        d = x[1].argpartition(1)
+        x.put([0, 5], [-1.0, -2.0])
+        return a, b, c, d, x, np.repeat(x[0], np.array(2))
+
+    z = np.arange(6.0).reshape(2, 3)
+    for got, want in zip(adjit.compile(f)(z), f(z)):
+        np.testing.assert_array_equal(got, want)
