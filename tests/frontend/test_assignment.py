@@ -9,6 +9,9 @@ import pytest
 
 import adjit
 
+# these programs write into their arguments on purpose (NumPy's semantics under test)
+pytestmark = pytest.mark.filterwarnings("ignore:.*wrote into its argument")
+
 RNG = np.random.default_rng(7)
 X = RNG.normal(size=(4, 3))
 
