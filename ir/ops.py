@@ -1030,8 +1030,8 @@ OPS["slice"].rewrite = _slice_rewrite
 # gather), the non-maximal elements of a max
 for _name in ("where", "gather", "slice", "max"):
     OPS[_name].selects = True
-for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow", "arcsin",
-              "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
+for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow",
+              "arcsin", "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
     OPS[_name].blows_up = True
 # every elementwise op but those passing the cotangent on unscaled: sin(log(0)) would
 # evaluate cos(-inf) in sin's VJP
