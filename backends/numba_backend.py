@@ -324,9 +324,14 @@ def _numba_types(g, args, nodes) -> bool:
         return False
     a = g[nodes[0]]["attrs"] if nodes else None
     if a is None or "expr" not in a:
-        return True
+        # an integer power: NumPy raises for a negative exponent, a kernel would not
+        return not (nodes and g[nodes[0]]["op"] == "pow" and g[nodes[0]]["dtype"].kind in "iu")
     types = value_types([g[x]["shape"] for x in args], [g[x]["dtype"] for x in args], a)
-    return all(np.dtype(dt) in _NUMBA_DTYPES for _, dt in types)
+    if not all(np.dtype(dt) in _NUMBA_DTYPES for _, dt in types):
+        return False
+    n_in = len(args)
+    return not any(ins.op == "pow" and np.dtype(types[n_in + j][1]).kind in "iu"
+                   for j, ins in enumerate(a["expr"]))
 
 
 _NUMBA_DTYPES = frozenset(np.dtype(t) for t in (

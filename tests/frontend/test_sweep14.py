@@ -554,3 +554,12 @@ def test_sign_and_part_ufuncs_and_method_forms():
     z = np.arange(6.0).reshape(2, 3)
     for got, want in zip(adjit.compile(f)(z), f(z)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_numba_integer_powers_raise_for_negative_exponents_as_numpy(fuse):
+    a, p = np.full(5000, 3, np.int64), np.full(5000, -1, np.int64)
+    f = adjit.compile(lambda a, p: a ** p * 2, backend="numba", fuse=fuse)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        f(a, p)
+    np.testing.assert_array_equal(f(a, p + 3), 2 * 3 ** 2)
