@@ -113,6 +113,14 @@ def _extreme(name, reduce, combine):
                 raise UnsupportedError(f"np.{name}(..., where=...) needs initial=..., as in "
                                        f"NumPy{_at(user_where())}")
             a = _masked(a, where, initial)
+        shape = F._shape_of(a)
+        if initial is not None and any(shape[k] == 0 for k in F._axes(a, axis)):
+            # nothing to reduce: NumPy gives initial (max over an empty axis raises without)
+            out = np.max(np.empty(shape, F._dtype_of(a)), axis=axis, keepdims=keepdims,
+                         initial=0)
+            return F.full_like(out, initial) if not isinstance(a, Tracer) else \
+                F.broadcast_to(F.cast(F.lift(initial, F._dtype_of(a), a.ctx), F._dtype_of(a)),
+                               out.shape).copy_()
         r = reduce(a, axis, keepdims)
         return r if initial is None else combine(r, initial)
     return fn

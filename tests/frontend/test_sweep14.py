@@ -563,3 +563,12 @@ def test_numba_integer_powers_raise_for_negative_exponents_as_numpy(fuse):
     with pytest.raises(ValueError, match="negative integer powers"):
         f(a, p)
     np.testing.assert_array_equal(f(a, p + 3), 2 * 3 ** 2)
+
+
+def test_max_and_min_with_initial_over_an_empty_axis():
+    z = np.zeros((0, 3))
+    for f in (lambda x: np.max(x, axis=0, initial=-np.inf),
+              lambda x: np.min(x, axis=0, initial=5.0, keepdims=True)):
+        got, want = adjit.compile(f)(z), f(z)
+        np.testing.assert_array_equal(got, want)
+        assert got.shape == want.shape
