@@ -206,12 +206,16 @@ def _ravel(a, order="C"):
     """np.ravel: a view of an array contiguous in that order, else a copy (unlike reshape,
     which returns a view of a column z[:, 1] or of z[:, ::2])."""
     r = _reshape(a, -1, order=order)
-    if isinstance(a, Tracer) and a.base is not None and isinstance(r, Tracer) \
-            and r.base is not None:
-        flags = a.layout_probe().flags
-        if not (flags.f_contiguous if order == "F" else flags.c_contiguous):
-            return r.copy_()
-    return r
+    return r.copy_() if _strided(a, order) and isinstance(r, Tracer) and r.base is not None \
+        else r
+
+
+def _strided(t, order="C"):
+    """Is t a view of another array that is not contiguous in `order` (z.T, x[:, ::2])?"""
+    if not isinstance(t, Tracer) or t.base is None:
+        return False
+    flags = t.layout_probe().flags
+    return not (flags.f_contiguous if order == "F" else flags.c_contiguous)
 
 
 def _transposed_upstream(t):
@@ -507,7 +511,7 @@ FUNCTIONS.update({
     np.nanargmax: S.nanargmax, np.nanargmin: S.nanargmin,
     np.nanquantile: S.refuse_nan_quantile("nanquantile", "quantile"),
     np.nanpercentile: S.refuse_nan_quantile("nanpercentile", "percentile"),
-    np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: lambda *a, **k: _nan_to_num(*a, **k),
+    np.interp: N.interp, np.sinc: N.sinc, np.nan_to_num: N.nan_to_num,
     np.select: N.select,
     np.piecewise: N.piecewise, np.meshgrid: N.meshgrid, np.linalg.multi_dot: N.multi_dot,
     np.isclose: N.isclose, np.allclose: N.refuse_python_bool("allclose"),
@@ -979,7 +983,7 @@ def _compress(condition, a, axis=None, out=None):
     return C.take(a, keep, axis)
 
 
-FUNCTIONS[np.compress] = _compress
+FUNCTIONS.update({np.compress: _compress, np.nan_to_num: _nan_to_num})
 FUNCTIONS.update({np.copyto: _copyto, np.put: _put, np.putmask: _putmask,
                   np.put_along_axis: _put_along_axis, np.fill_diagonal: _fill_diagonal})
 INPLACE = {np.copyto, np.put, np.putmask, np.put_along_axis, np.fill_diagonal}
@@ -1187,9 +1191,7 @@ def _accepting(orig):
             return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
         if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1:
             return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
-        if (orig.__name__ == "ascontiguousarray" and out is B.resolve(obj)
-                and isinstance(out, Tracer) and out.base is not None
-                and not out.layout_probe().flags.c_contiguous):
+        if orig.__name__ == "ascontiguousarray" and out is B.resolve(obj) and _strided(out):
             return out.copy_()  # of a strided view (z.T, x[::2]) NumPy makes a copy
         return out
     return constructor

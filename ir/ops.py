@@ -938,8 +938,7 @@ def _sort_vjp(g, out, x, axis):
 
 
 def _sort_jvp(t, out, x, axis):
-    idx, key = _sort_perm_key(x, axis)
-    return F.gather(t[0], idx, key)
+    return F.take_along_axis(t[0], F.argsort(x, axis), axis)
 
 
 _register(OpDef(

@@ -11,6 +11,8 @@ the graph inside a TraceContext is how a rule's result becomes ordinary IR.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..frontend import functions as F
@@ -19,6 +21,7 @@ from ..frontend.tracer import TraceContext, Tracer, current, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
 from ..ir.ops import OPS
+from .simplify import uniform_value
 
 
 def _relevant(g: Graph, wrt_ids, out_ids):
@@ -162,17 +165,14 @@ def _tests_finite(g, cond, memo):
             args = d["args"]
             own = d["op"] in _COMPARISONS and (
                 (len(args) == 2 and args[0] == args[1]) or any(            # x != x
-                    _infinite_const(g, a) for a in args))
+                    _is_inf(uniform_value(g, a)) for a in args))
             # through masks and counts: isnan(y).any(axis=1), isnan(y).sum(axis=1) > 0
             memo[n] = own or (d["dtype"].kind in "biu" and any(memo.get(a) for a in args))
     return memo[cond]
 
 
-def _infinite_const(g, a):
-    while g[a]["op"] in ("broadcast_to", "reshape"):
-        a = g[a]["args"][0]
-    v = np.asarray(g[a]["attrs"]["value"]) if g[a]["op"] == "const" else None
-    return v is not None and v.dtype.kind == "f" and np.isinf(v).any()
+def _is_inf(v):
+    return isinstance(v, float) and math.isinf(v)
 
 
 def _guarded(g, gs, exact=False):
