@@ -15,6 +15,7 @@ import numpy as np
 from ..ir.errors import ShapeError, UnsupportedError
 from . import composites as C
 from . import functions as F
+from . import numeric as N
 from .tracer import Tracer, _at, user_where
 
 _shape_of, _dtype_of = F._shape_of, F._dtype_of
@@ -237,12 +238,112 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
                     interpolation=interpolation, _name="percentile", _scale=100)
 
 
-def refuse_nan_quantile(name, instead):
-    def refuse(*args, **kwargs):
-        raise UnsupportedError(f"np.{name} is not supported by adjit{_at(user_where())}; "
-                               f"use np.{instead} on data without NaNs (np.where can replace "
-                               "them)")
-    return refuse
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, *, weights=None, interpolation=None, _name="nanquantile",
+                _scale=1):
+    """q-th quantiles of the non-NaN values along axis, as np.nanquantile (NaN where a slice
+    has none). NaNs sort last, so each slice's count k of numbers is traced and the virtual
+    index of q among them, and its neighbours, are computed from k in the program.
+
+    >>> import numpy as np, adjit
+    >>> x = np.array([4., np.nan, 1., 3., 2.])
+    >>> adjit.grad(lambda a: np.nanquantile(a, 0.25), backend="numpy")(x)
+    array([0.  , 0.  , 0.25, 0.  , 0.75])
+    """
+    where = _at(user_where())
+    plain = _name.replace("nan", "", 1)
+    if _dtype_of(a).kind != "f" or not isinstance(a, Tracer):   # no NaN to skip
+        return quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                        interpolation=interpolation, _name=plain, _scale=_scale)
+    if out is not None or weights is not None or interpolation is not None:
+        raise UnsupportedError(f"np.{_name} with out=, weights= or interpolation={where}; "
+                               "use method=")
+    if isinstance(q, Tracer):
+        raise UnsupportedError(f"np.{_name} with a traced q{where}; q must be a constant "
+                               "(a number, list or NumPy array)")
+    if method not in _METHODS:
+        raise UnsupportedError(f"np.{_name} with method={method!r}{where}; supported: "
+                               f"{', '.join(_METHODS)} (the default is 'linear')")
+    weak_q = type(q) in (int, float)
+    qa = np.true_divide(q, _scale) if _scale != 1 else np.asanyarray(q)
+    if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 1:
+        raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
+                         f"[0, {_scale}]{where}")
+    kq, pick, dtype, finish = _nan_sorted(a, axis, qa.shape, keepdims)
+    vfun, fix_gamma = _METHODS[method]
+    virtual = vfun(kq, qa.reshape(qa.shape + (1,) * (len(_shape_of(kq)) - qa.ndim)))
+    if fix_gamma is None:
+        vals = pick(virtual)
+    else:
+        prev = F.floor(virtual)
+        gamma = fix_gamma(F.sub(virtual, prev), virtual)
+        lo, hi = pick(prev), pick(F.add(prev, 1))
+        t = F.cast(gamma, dtype if weak_q else np.float64)
+        d = F.sub(hi, lo)
+        vals = F.where(F.ge(t, 0.5), F.sub(hi, F.mul(d, F.sub(1, t))),
+                       F.add(lo, F.mul(d, t)))
+    return finish(vals)
+
+
+def _nan_sorted(a, axis, qshape, keepdims):
+    """What the NaN-skipping quantiles share: the reduced axes of a merged into axis 0 and
+    sorted (NaNs last); kq, each slice's count of numbers shaped qshape-broadcastable; pick(i),
+    the sorted values at traced indices i (clipped into the numbers) of shape qshape + rest;
+    the array's dtype; and finish(vals), which gives slices without numbers NaN and applies
+    keepdims."""
+    shape = tuple(_shape_of(a))
+    nd = len(shape)
+    axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
+    keep = [i for i in range(nd) if i not in axes]
+    arr = F.reshape(F.transpose(a, list(axes) + keep), (-1,) + tuple(shape[i] for i in keep))
+    rest = tuple(_shape_of(arr)[1:])
+    full = tuple(qshape) + rest
+    srt = C.sort(arr, 0)
+    kq = F.reshape(F.sum(C.logical_not(C.isnan(arr)), 0), (1,) * len(qshape) + rest)
+    last = F.maximum(F.sub(kq, 1), 0)
+
+    def pick(i):
+        i = F.broadcast_to(F.maximum(F.minimum(F.cast(i, np.intp), last), 0), full)
+        got = F.take_along_axis(srt, F.reshape(i, (-1,) + rest), 0)
+        return F.reshape(got, full)
+
+    def finish(vals):
+        vals = F.where(F.broadcast_to(F.eq(kq, 0), full), math.nan, vals)
+        if keepdims:
+            vals = F.reshape(vals, tuple(qshape) + tuple(1 if i in axes else d
+                                                         for i, d in enumerate(shape)))
+        return vals
+    return kq, pick, _dtype_of(arr), finish
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                  keepdims=False, *, weights=None, interpolation=None):
+    """q-th percentiles (q in [0, 100]) of the non-NaN values along axis, as np.nanpercentile.
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.compile(lambda a: np.nanpercentile(a, 50), backend="numpy")(
+    ...     np.array([0., np.nan, 1., 2.])))
+    1.0
+    """
+    return nanquantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
+                       interpolation=interpolation, _name="nanpercentile", _scale=100)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """Median of the non-NaN values along axis, as np.nanmedian: the mean of the middle one
+    or two of each slice's numbers (NaN where a slice has none).
+
+    >>> import numpy as np, adjit
+    >>> float(adjit.compile(np.nanmedian, backend="numpy")(np.array([3., np.nan, 1., 2., 9.])))
+    2.5
+    """
+    if out is not None:
+        raise UnsupportedError(f"np.nanmedian with out={_at(user_where())}")
+    if _dtype_of(a).kind != "f" or not isinstance(a, Tracer):
+        return C.median(a, axis, keepdims)
+    kq, pick, _, finish = _nan_sorted(a, axis, (), keepdims)
+    lo, hi = pick(N.floor_divide(F.sub(kq, 1), 2)), pick(N.floor_divide(kq, 2))
+    return finish(F.div(F.add(lo, hi), 2))
 
 
 # -- NaN-aware moments and arg-extremes -------------------------------------------------------
