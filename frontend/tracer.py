@@ -421,10 +421,24 @@ class Tracer:
         return f"Tracer(v{self.id}: {type_str(self.shape, self.dtype)})"
 
     # -- values are unknown while tracing ---------------------------------------------------
+    def _from_float_input(self):
+        """Whether a float argument feeds this value (`if a > 0` on a float a is control flow
+        on data, not configuration)."""
+        g, seen, todo = self.ctx.graph, {self.id}, [self.id]
+        while todo:
+            n = todo.pop()
+            if g[n]["op"] == "input" and np.dtype(g[n]["dtype"]).kind in "fc":
+                return True
+            for a in g.args(n):
+                if a not in seen:
+                    seen.add(a)
+                    todo.append(a)
+        return False
+
     def _concrete(self, what):
         w = user_where()
         from .functions import _is_weak
-        if _is_weak(self) and self.dtype.kind in "biu":
+        if _is_weak(self) and self.dtype.kind in "biu" and not self._from_float_input():
             d = self.ctx.graph[self.id]
             which = (f"the value of the argument {d['name']!r}" if d["op"] == "input"
                      else "a value computed from Python int arguments")
@@ -471,7 +485,8 @@ class Tracer:
                       "np.minimum instead of the builtins max / min), or make the argument "
                       "static (static_argnums=...) if it is a configuration value (a number "
                       "or a string: an array cannot be static, so branch on it with np.where).")
-        err = TraceError(f"{what} needs the value of a traced array, which is not known while "
+        kind = "a traced array" if self.shape else "a traced number"
+        err = TraceError(f"{what} needs the value of {kind}, which is not known while "
                          f"tracing{_at(w)}. {advice}")
         err.where = w
         raise err

@@ -35,6 +35,19 @@ def test_if_on_traced_value_points_to_where():
     assert "if x.sum() > 0" in msg
 
 
+
+def test_if_on_a_python_float_argument_points_to_where():
+    # tangent's functions branch on float arguments: that is data, not configuration
+    def overwrite_if(a):
+        if a > 0:
+            a = a * 3.0
+        return a
+    with pytest.raises(adjit.TraceError) as e:
+        adjit.grad(overwrite_if, backend="numpy")(2.0)
+    msg = str(e.value)
+    assert "adjit.where" in msg and "traced number" in msg and "if a > 0" in msg
+    assert "Python int" not in msg
+
 def test_static_argument_allows_python_branching():
     def f(x, flip):
         return -np.sum(x) if flip else np.sum(x)
