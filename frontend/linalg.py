@@ -126,19 +126,21 @@ def cholesky(a, upper=False):
 
 def eigh(a, UPLO="L"):  # noqa: N803 - NumPy's name
     """(eigenvalues ascending, eigenvectors as columns) of each symmetric matrix, read from
-    its lower triangle (UPLO="L") or upper one. Gradients need distinct eigenvalues."""
+    its lower triangle (UPLO="L") or upper one, by the same LAPACK call as NumPy, so the
+    eigenvectors' signs agree. Gradients need distinct eigenvalues."""
     if not _traced(a):
         return np.linalg.eigh(a, UPLO)
-    a = _uplo("eigh", a, UPLO)
-    return EighResult(_emit("eigh", [a], part="eigenvalues"),
-                      _emit("eigh", [a], part="eigenvectors"))
+    a, attrs = _uplo("eigh", a, UPLO)
+    return EighResult(_emit("eigh", [a], part="eigenvalues", **attrs),
+                      _emit("eigh", [a], part="eigenvectors", **attrs))
 
 
 def eigvalsh(a, UPLO="L"):  # noqa: N803 - NumPy's name
     """The eigenvalues (ascending) of each symmetric matrix in a."""
     if not _traced(a):
         return np.linalg.eigvalsh(a, UPLO)
-    return _emit("eigh", [_uplo("eigvalsh", a, UPLO)], part="eigenvalues")
+    a, attrs = _uplo("eigvalsh", a, UPLO)
+    return _emit("eigh", [a], part="eigenvalues", **attrs)
 
 
 def _uplo(what, a, uplo):
@@ -147,8 +149,8 @@ def _uplo(what, a, uplo):
     if uplo not in ("L", "U"):
         raise ShapeError(f"np.linalg.{what}: UPLO must be 'L' or 'U', got {uplo!r}"
                          f"{_at(user_where())}")
-    # the upper triangle of a is the lower triangle of a.T
-    return F.swap_last(a) if uplo == "U" else a
+    # the default "L" is left out of the attributes: one spelling per program
+    return a, ({"uplo": "U"} if uplo == "U" else {})
 
 
 # -- helpers of the VJP and JVP rules (ir/ops.py) -----------------------------------------------

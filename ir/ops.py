@@ -712,20 +712,23 @@ def _cholesky_jvp(t, out, a):
     return F.matmul(out, LA.phi(F.matmul(F.matmul(li, LA.from_lower(t[0])), F.swap_last(li))))
 
 
-def _eigh_vjp(g, out, a, part):
+def _eigh_vjp(g, out, a, part, uplo="L"):
     # a = V diag(w) V^T: a_bar = V (diag(w_bar) + F o (V^T V_bar)) V^T (Giles 2008, 3.1)
-    v = out if part == "eigenvectors" else LA.eigh(a).eigenvectors
+    v = out if part == "eigenvectors" else LA.eigh(a, uplo).eigenvectors
     if part == "eigenvalues":
         inner = F.mul(F.reshape(g, g.shape[:-1] + (1, g.shape[-1])), v)
     else:
-        gaps = LA.eigh_gaps(LA.eigvalsh(a))
+        gaps = LA.eigh_gaps(LA.eigvalsh(a, uplo))
         inner = F.matmul(v, F.mul(gaps, F.matmul(F.swap_last(v), g)))
-    return [LA.to_lower(F.matmul(inner, F.swap_last(v)))]
+    s = F.matmul(inner, F.swap_last(v))
+    # folded onto the triangle the op reads
+    return [LA.to_lower(s) if uplo == "L" else F.swap_last(LA.to_lower(F.swap_last(s)))]
 
 
-def _eigh_jvp(t, out, a, part):
-    w, v = LA.eigh(a)
-    vdv = F.matmul(F.swap_last(v), F.matmul(LA.from_lower(t[0]), v))
+def _eigh_jvp(t, out, a, part, uplo="L"):
+    w, v = LA.eigh(a, uplo)
+    ta = LA.from_lower(t[0] if uplo == "L" else F.swap_last(t[0]))
+    vdv = F.matmul(F.swap_last(v), F.matmul(ta, v))
     if part == "eigenvalues":
         return F.sum(F.mul(vdv, F.lift(np.eye(v.shape[-1]), v.dtype, v.ctx)), axis=-1)
     return F.matmul(v, F.mul(LA.eigh_gaps(w), vdv))
@@ -803,13 +806,16 @@ _register(OpDef(
     "eigh", 1, "linalg",
     lambda s, a: tuple(square_shape(s, a)[:-1 if a["part"] == "eigenvalues" else None]),
     first_dtype,
-    lambda a, part: np.linalg.eigvalsh(a) if part == "eigenvalues" else np.linalg.eigh(a)[1],
+    lambda a, part, uplo="L": np.linalg.eigvalsh(a, uplo) if part == "eigenvalues"
+    else np.linalg.eigh(a, uplo)[1],
     _eigh_vjp, _eigh_jvp,
-    lambda args, a: f"np.linalg.eigvalsh({args[0]})" if a["part"] == "eigenvalues"
-    else f"np.linalg.eigh({args[0]})[1]",
+    lambda args, a: ("np.linalg.eigvalsh({0}{1})" if a["part"] == "eigenvalues" else
+                     "np.linalg.eigh({0}{1})[1]").format(
+                         args[0], ", 'U'" if a.get("uplo", "L") == "U" else ""),
     flops=lambda out, ins, a: _cubes(4 / 3 if a["part"] == "eigenvalues" else 9)(out, ins, a),
     doc="part 'eigenvalues' (ascending) or 'eigenvectors' (columns) of a symmetric matrix, "
-        "reading its lower triangle; gradients need distinct eigenvalues"))
+        "reading its lower triangle (its upper one where uplo is 'U', as LAPACK, whose "
+        "eigenvector signs differ); gradients need distinct eigenvalues"))
 
 # svd, qr and pinv of (..., m, n) stacks; their rules live in frontend/decompositions.py
 LD = _Lazy("adjit.frontend.decompositions")
