@@ -385,7 +385,8 @@ def _interleaved(args):
 
 def _dot(a, b, out=None):
     _no_out("dot", out)
-    if len(F._shape_of(a)) > 2 or len(F._shape_of(b)) > 2:
+    na, nb = len(F._shape_of(a)), len(F._shape_of(b))
+    if (na > 2 or nb > 2) and na and nb:
         # np.dot of N-d arrays sums over a's last axis and b's second-to-last
         return C.tensordot(a, b, ([-1], [-2 if len(F._shape_of(b)) > 1 else -1]))
     return F.dot(a, b)
