@@ -861,7 +861,10 @@ def var(x, axis=None, keepdims=False, ddof=0):
 
 
 def std(x, axis=None, keepdims=False, ddof=0):
-    return sqrt(var(x, axis, keepdims, ddof))
+    # 0 where the values are all equal: a constant slice (a batch of one) has derivative 0,
+    # as in PyTorch, not sqrt's 0 * inf (the where keeps that cotangent 0; NaN stays NaN)
+    v = var(x, axis, keepdims, ddof)
+    return where(eq(v, 0), 0, sqrt(v))
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name

@@ -261,7 +261,10 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     nd = len(F._shape_of(x))
     axes = F._axes(x, axis) if axis is not None else tuple(range(nd))
     if ord is None or (ord == "fro" and len(axes) == 2) or (ord == 2 and len(axes) == 1):
-        return F.sqrt(F.sum(F.mul(x, x), axis=axes, keepdims=keepdims))
+        # 0 at x = 0 with derivative 0 there, as in PyTorch (a pairwise distance matrix's
+        # diagonal), not sqrt's 0 * inf
+        s = F.sum(F.mul(x, x), axis=axes, keepdims=keepdims)
+        return F.where(F.eq(s, 0), 0, F.sqrt(s))
     a = F.abs(x)
     if len(axes) == 2 and ord in (1, -1, math.inf, -math.inf):
         r, c = F._norm_axes(axis, nd, "norm") if axis is not None else axes
