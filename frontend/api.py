@@ -49,6 +49,8 @@ def _leaf_key(x):
 
 
 def _static_key(v):
+    from .trace import refuse_generator
+    refuse_generator(v, "a static argument")
     try:
         hash(v)
     except TypeError:
@@ -150,15 +152,26 @@ class Compiled:
             prog = self._cache[key] = self._build(args)
         return prog.run_flat(leaves)
 
+    # a keyword the transformation adds after fn's arguments (hvp's h(*args, v)): passed by
+    # that name, it is the last position, whatever fn's own parameters are called
+    _tail_keyword = None
+
     def _keywords(self, args, kwargs):
         """(the Compiled to use, positional args): keyword-only arguments select the program
         bound to their values, other keywords become positions."""
+        tail = ()
+        if self._tail_keyword in kwargs:
+            kwargs = dict(kwargs)
+            tail = (kwargs.pop(self._tail_keyword),)
+            if not kwargs:
+                return self, tuple(args) + tail
         kw_only = _keyword_only(self.fn, kwargs)
         if kw_only:
             rest = {k: v for k, v in kwargs.items() if k not in kw_only}
             sub = self._with_keywords(kw_only)
-            return sub, (bind_keywords(sub.fn, sub.__name__, args, rest) if rest else args)
-        return self, bind_keywords(self.fn, self.__name__, args, kwargs)
+            return sub, (bind_keywords(sub.fn, sub.__name__, args, rest) if rest
+                         else tuple(args)) + tail
+        return self, tuple(bind_keywords(self.fn, self.__name__, args, kwargs)) + tail
 
     def trace(self, *args, **kwargs):
         """The graph of this function for these arguments, before any pass."""
@@ -874,8 +887,10 @@ def _make_hvp(fn, argnums, static, compile_options):
         outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         n = len(g.outputs)
         return pytree.unflatten(g.meta["out_tree"], outs[n:])
-    return Compiled(fn, traced, static_argnums=static, name=f"hvp_{_fn_name(fn)}",
-                    **compile_options)
+    c = Compiled(fn, traced, static_argnums=static, name=f"hvp_{_fn_name(fn)}",
+                 **compile_options)
+    c._tail_keyword = "v"
+    return c
 
 
 def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from ..ir.errors import AdjitWarning, ShapeError, UnsupportedError
+from ..ir.errors import AdjitWarning, ShapeError, TraceError, UnsupportedError
 from . import buffer as B
 from . import composites as C
 from .masked import Selection, same_mask
@@ -1275,6 +1275,11 @@ _RANDOM = ("rand", "randn", "random", "random_sample", "uniform", "normal", "cho
 def _warning_random(orig, name):
     @functools.wraps(orig)
     def fn(*args, **kwargs):
+        if any(isinstance(B.resolve(a), Tracer) for a in (*args, *kwargs.values())):
+            raise TraceError(f"np.random.{name} of a traced value{_at(user_where())}: adjit "
+                             "draws random numbers only while tracing, so a seed or a size "
+                             "that is traced cannot be used. Draw the noise outside the "
+                             "function and pass it in as an argument")
         warnings.warn(f"np.random.{name} inside a traced function{_at(user_where())} draws "
                       "once, while adjit traces: every call of the compiled function reuses "
                       "those numbers (as in JAX). Pass random numbers (a dropout mask, noise) "

@@ -32,6 +32,64 @@ def arg_names(fn, n):
     return names + [f"arg{i}" for i in range(len(names), n)]
 
 
+_GENERATORS = (np.random.RandomState, np.random.Generator, np.random.BitGenerator)
+
+
+def refuse_generator(v, what):
+    """A random generator passed in (as an array or a static argument) would draw once, while
+    tracing: every call of the program would reuse those numbers, silently."""
+    if isinstance(v, _GENERATORS):
+        raise TraceError(
+            f"{what} is a random generator ({type(v).__name__}): a compiled function draws "
+            "only while it is traced, so every call would reuse the same numbers (as in JAX). "
+            "Draw the noise outside (eps = rs.randn(n, d)) and pass it in as an argument.")
+
+
+def warn_generators(fn):
+    """Warn when fn (or a Python function it calls by a global name, two levels deep) reads
+    a NumPy random generator from a global or closure variable (rs.randn(...) inside a loss):
+    the draws are made once, while tracing, and every call reuses them. np.random.* calls
+    warn where they happen (numpy_api._warning_random); a generator's methods cannot be
+    wrapped, so its use is found from the code's names."""
+    import inspect
+    import types
+    import warnings
+    seen, found = set(), []
+
+    def visit(f, depth):
+        f = inspect.unwrap(f)
+        code = getattr(f, "__code__", None)
+        if code is None or code in seen or not isinstance(f, types.FunctionType):
+            return
+        seen.add(code)
+        if f.__module__ and f.__module__.split(".")[0] in ("adjit", "numpy", "scipy"):
+            return
+        cells = dict(zip(code.co_freevars, f.__closure__ or ()))
+        codes = [code] + [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        for co in codes:
+            for name in co.co_names + co.co_freevars:
+                if name in cells:
+                    try:
+                        v = cells[name].cell_contents
+                    except ValueError:
+                        continue
+                else:
+                    v = f.__globals__.get(name)
+                if isinstance(v, _GENERATORS):
+                    found.append((name, type(v).__name__, f))
+                elif depth and isinstance(v, types.FunctionType):
+                    visit(v, depth - 1)
+    visit(fn, 2)
+    if found:
+        name, kind, f = found[0]
+        code = f.__code__
+        warnings.warn_explicit(
+            f"{getattr(f, '__name__', 'the function')} reads the random generator {name!r} "
+            f"({kind}): its draws are made once, while adjit traces, and every call of the "
+            "compiled function reuses those numbers (as in JAX). Draw the noise outside and "
+            "pass it in as an argument.", AdjitWarning, code.co_filename, code.co_firstlineno)
+
+
 def leaf_spec(leaf, what):
     """(shape, dtype, weak) of an argument leaf; Python scalars are weakly typed."""
     if isinstance(leaf, Tracer):  # a nested transformation: a weak argument stays weak
@@ -43,6 +101,7 @@ def leaf_spec(leaf, what):
             raise OverflowError(f"argument {what} is the Python integer {leaf}, beyond int64 "
                                 "and uint64; pass it as a float")
         return (), np.asarray(leaf).dtype, True
+    refuse_generator(leaf, f"argument {what}")
     if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray
         return tuple(leaf.shape), np.dtype(leaf.dtype), False
     if isinstance(leaf, np.matrix):
@@ -122,6 +181,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
         before = _containers(call_args, names)
+        warn_generators(fn)
         try:
             out = fn(*call_args)
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:

@@ -446,7 +446,10 @@ class Tracer:
                 f"{what} needs {which}{_at(w)}, but arguments are traced: their "
                 "values are not known while tracing. A Python int that sets an axis, a shape, "
                 "a count or a position is configuration: mark it static (static_argnums=...) "
-                "or make it keyword-only (def f(x, *, axis=1)), one program per value.")
+                "or make it keyword-only (def f(x, *, axis=1)), one program per value. A "
+                "number that changes every call (a step counter that picks the minibatch) "
+                "would compile a program per call: take the batch outside (X[idx]) and pass "
+                "it in as an argument.")
         if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
                                                                           "int")):
             raise TraceError(
@@ -459,8 +462,8 @@ class Tracer:
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.exp([a, b]) needs "
                       "np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
-                      "needs X @ W or np.dot(X, W); np.float64(x) or np.float32(x) of a traced "
-                      "value is x.astype(np.float64); a NumPy array indexed by traced integers "
+                      "needs X @ W or np.dot(X, W); np.float64(x), np.int64(x) (any NumPy "
+                      "scalar type) of a traced value is x.astype(np.float64) (np.int64); a NumPy array indexed by traced integers "
                       "(table[idx], np.take(table, idx) with the table a global or closure "
                       "value) needs the table passed as an argument or copied inside the "
                       "function: np.array(table)[idx]. Use the NumPy functions adjit supports "

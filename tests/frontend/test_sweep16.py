@@ -39,3 +39,63 @@ def test_pairwise_distances_have_finite_gradients_and_std_keeps_nan():
     assert np.isnan(adjit.compile(np.std, backend="numpy")(np.array([1.0, np.nan])))
     assert np.isnan(adjit.compile(np.std, backend="numpy")(np.array([1.0, np.inf])))
     assert np.isnan(adjit.compile(lambda x: np.std(x, ddof=1), backend="numpy")(np.ones(1)))
+
+
+_RS = np.random.RandomState(0)
+
+
+def _obj_with_closure_generator():
+    r = np.random.default_rng(0)
+
+    def obj(q):
+        return np.sum(q * r.normal(size=q.shape))
+    return obj
+
+
+def _helper_drawing(q):
+    return q * _RS.rand(*q.shape)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q: np.sum((_RS.randn(4) * np.exp(q)) ** 2),           # autograd's black_box_svi
+    _obj_with_closure_generator(),
+    lambda q: np.sum(_helper_drawing(q)),                          # through a helper
+])
+def test_a_random_generator_read_inside_a_traced_function_warns(fn):
+    # its methods draw once, while tracing; np.random.randn already warned, rs.randn did not
+    with pytest.warns(adjit.AdjitWarning, match="random generator.*reuses those numbers"):
+        adjit.grad(fn, backend="numpy")(np.zeros(4))
+
+
+@pytest.mark.parametrize("static", [(), (1,)])
+def test_a_random_generator_argument_is_refused_also_as_static(static):
+    f = adjit.grad(lambda q, rs: np.sum(q * rs.randn(3)), static_argnums=static,
+                   backend="numpy")
+    with pytest.raises(adjit.TraceError, match="random generator.*pass it in"):
+        f(np.zeros(3), np.random.RandomState(0))
+
+
+def test_a_traced_seed_is_refused_naming_the_line():
+    def f(q, t):
+        rng = np.random.default_rng(t)
+        return np.sum(rng.standard_normal(3) * q)
+    with pytest.raises(adjit.TraceError, match=r"default_rng of a traced value at .*test_sweep16"):
+        adjit.grad(f, backend="numpy")(np.zeros(3), 1)
+
+
+def test_hvp_takes_v_by_keyword_whatever_fn_calls_its_parameters():
+    v = np.array([1.0, 0.0])
+    for f in (lambda x, a: np.sum(x ** 3) * a, lambda v, a: np.sum(v ** 3) * a):
+        h = adjit.hvp(f, backend="numpy")
+        np.testing.assert_array_equal(h(np.ones(2), 2.0, v=v), [12.0, 0.0])
+        np.testing.assert_array_equal(h(np.ones(2), 2.0, v), [12.0, 0.0])
+
+
+def test_a_step_counter_used_as_an_index_is_told_to_pass_the_batch_in():
+    x = np.arange(40.0).reshape(8, 5)
+
+    def objective(w, it):                    # autograd's objective(params, iter)
+        i = it % 4
+        return np.sum(x[slice(i * 2, i * 2 + 2)] @ w)
+    with pytest.raises(adjit.TraceError, match="pass it in as an argument"):
+        adjit.grad(objective, backend="numpy")(np.ones(5), 3)
