@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..ir.errors import ShapeError, UnsupportedError
+from ..ir.errors import OutOfBoundsError, ShapeError, UnsupportedError
 from . import functions as F
 from .tracer import Tracer, _at, user_where
 
@@ -135,6 +135,95 @@ def moveaxis(x, source, destination):
     return F.transpose(x, order)
 
 
+
+def rollaxis(x, axis, start=0):
+    """np.rollaxis: axis moved to sit before position start (NumPy's older moveaxis)."""
+    nd = _nd(x)
+    ax = _axis(axis, nd, "rollaxis")
+    if not -nd <= start <= nd:
+        raise OutOfBoundsError(f"np.rollaxis: start={start} is out of bounds for an array of "
+                               f"dimension {nd}{_at(user_where())}")
+    start = start + nd if start < 0 else start
+    if ax < start:
+        start -= 1
+    if ax == start:
+        return x
+    order = [a for a in range(nd) if a != ax]
+    order.insert(start, ax)
+    return F.transpose(x, order)
+
+
+def ediff1d(x, to_end=None, to_begin=None):
+    """np.ediff1d: differences of the flattened array, with to_begin and to_end (flattened,
+    in x's dtype) around them."""
+    dt = F._dtype_of(x)
+    x = F.ravel(x)
+    d = F.sub(_slice(x, 0, 1, None), _slice(x, 0, None, -1))
+    ends = [F.cast(F.ravel(e), dt) for e in (to_begin, to_end)]
+    parts = ([ends[0]] if to_begin is not None else []) + [d] + \
+        ([ends[1]] if to_end is not None else [])
+    return F.concatenate(parts, 0) if len(parts) > 1 else d
+
+
+def choose(a, choices, out=None, mode="raise"):
+    """np.choose: choices[a] elementwise, all broadcast together; a chain of wheres (the
+    gradient goes to the chosen array). Traced indices need mode 'clip' or 'wrap', as in
+    JAX: their range cannot be checked."""
+    where = _at(user_where())
+    if out is not None:
+        raise UnsupportedError(f"np.choose with out={where}")
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"np.choose: mode must be 'raise', 'clip' or 'wrap', got {mode!r}")
+    choices = list(choices)
+    n = len(choices)
+    if F._dtype_of(a).kind not in "iub":
+        raise TypeError(f"np.choose: the index array must be integers{where}")
+    if mode == "wrap":
+        from . import numeric as N
+        a = N.remainder(a, n)
+    elif mode == "clip":
+        a = F.minimum(F.maximum(a, 0), n - 1)
+    elif isinstance(a, Tracer):
+        raise UnsupportedError(f"np.choose with traced indices and mode='raise'{where}: "
+                               "their range cannot be checked while tracing; pass "
+                               "mode='clip' or mode='wrap' (as JAX requires)")
+    elif np.any((np.asarray(a) < 0) | (np.asarray(a) >= n)):
+        raise ValueError(f"np.choose: invalid entry in choice array{where}")
+    shape = np.broadcast_shapes(tuple(_shape_of(a)), *(tuple(_shape_of(c)) for c in choices))
+    dt = F.result_dtype(*choices)
+    r = F.broadcast_to(F.cast(choices[0], dt), shape)
+    for k in range(1, n):
+        r = F.where(F.eq(a, k), F.cast(choices[k], dt), r)
+    return F.broadcast_to(r, shape)
+
+
+def ldexp(x, i):
+    """np.ldexp: x * 2 ** i, in two exact halves so that a small 2 ** i does not underflow
+    before the product (ldexp(1e300, -1100))."""
+    if F._dtype_of(i).kind not in "iub":
+        raise TypeError(f"np.ldexp: the exponent must be integers{_at(user_where())}")
+    from . import numeric as N
+    # NumPy's loop: float16 for bool and int8, float32 for int16, ...
+    dt = np.ldexp(np.zeros((), F._dtype_of(x)), np.zeros((), F._dtype_of(i))).dtype
+    h = N.floor_divide(i, 2)
+    half = lambda k: F.exp2(F.cast(k, dt))  # noqa: E731
+    return F.mul(F.mul(F.cast(x, dt), half(h)), half(F.sub(i, h)))
+
+
+def resize(x, new_shape):
+    """np.resize: the flattened array repeated cyclically to fill new_shape."""
+    shape = (int(new_shape),) if np.ndim(new_shape) == 0 else tuple(int(d) for d in new_shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"np.resize: all elements of `new_shape` must be non-negative"
+                         f"{_at(user_where())}")
+    size = int(np.prod(shape, dtype=np.int64))
+    flat = F.ravel(x)
+    n = _shape_of(flat)[0]
+    if size == 0 or n == 0:
+        return F.zeros(shape, F._dtype_of(x))
+    reps = -(-size // n)
+    return F.reshape(_slice(F.tile(flat, reps) if reps > 1 else flat, 0, 0, size), shape)
+
 def roll(x, shift, axis=None):
     if axis is None:
         return F.reshape(roll(F.ravel(x), shift, 0), tuple(_shape_of(x)))
@@ -246,7 +335,7 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
     if not isinstance(x, Tracer):
         return np.prod(x, axis=axis, keepdims=keepdims, dtype=dtype)
     if dtype is not None:
-        x = F.cast(x, dtype)
+        x = F.strong(F.cast(x, dtype))
     elif x.dtype.kind in "bui":
         x = F.cast(x, F.accumulator(x.dtype))
     axes = F._axes(x, axis)
@@ -256,7 +345,7 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
     lead = tuple(x.shape[i] for i in keep)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     if n == 0:
-        y = F.full_like(F.zeros(lead, x.dtype) if lead else F.sum(x), 1)
+        y = F.full_like(F.zeros(lead, x.dtype) if lead else F.sum(x), 1, x.dtype)
     else:
         y = F.reshape(F.transpose(x, keep + list(axes)), lead + (n,))
         while y.shape[-1] > 1:

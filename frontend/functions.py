@@ -241,6 +241,14 @@ def where(cond, x, y):
     return ctx.emit("where", [c] + [broadcast_to(lift(v, dt, ctx), shape) for v in (x, y)])
 
 
+def strong(x):
+    """x as a value that no longer stands for a Python number (a dtype= was asked for); x
+    itself keeps its weak type for its other uses."""
+    if isinstance(x, Tracer) and _is_weak(x):
+        return x.ctx.emit("cast", [x], {"dtype": x.dtype})
+    return x
+
+
 def cast(x, dtype):
     dtype = np.dtype(dtype)
     if not isinstance(x, Tracer):
@@ -823,11 +831,11 @@ def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
     if dtype is not None:
-        x = cast(x, dtype)
+        x = strong(cast(x, dtype))        # np.sum(2.0, dtype=np.float32) is an np.float32
         if x.dtype.kind in "bui" and x.dtype != accumulator(x.dtype):
             # NumPy adds in the small dtype, wrapping; the same as adding in int64 and
             # wrapping once (bool: any)
-            return cast(sum(x, axis, keepdims), x.dtype)
+            return strong(cast(sum(x, axis, keepdims), x.dtype))
     elif x.dtype.kind in "bui":
         x = cast(x, accumulator(x.dtype))
     axes = _axes(x, axis)
@@ -841,7 +849,9 @@ def mean(x, axis=None, keepdims=False, dtype=None):
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=dtype)
     if dtype is not None and np.dtype(dtype).kind in "bui":
         # NumPy: the sum in that dtype, divided, truncated back into it
-        return cast(mean(cast(x, dtype), axis, keepdims), dtype)
+        return strong(cast(mean(cast(x, dtype), axis, keepdims), dtype))
+    if dtype is not None:
+        x = strong(cast(x, dtype))
     if x.dtype.kind not in "fc":
         x = cast(x, np.float64 if dtype is None else dtype)
     axes = _axes(x, axis)

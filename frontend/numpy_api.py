@@ -37,7 +37,7 @@ UFUNCS = {
     np.sin: F.sin, np.cos: F.cos, np.tan: lambda x: F.div(F.sin(x), F.cos(x)),
     np.tanh: F.tanh, np.sinh: F.sinh, np.cosh: F.cosh,
     np.arctan: F.arctan, np.arcsin: F.arcsin, np.arccos: F.arccos, np.arcsinh: F.arcsinh,
-    np.arccosh: F.arccosh, np.arctanh: F.arctanh, np.arctan2: F.arctan2, np.hypot: C.hypot,
+    np.arccosh: F.arccosh, np.arctanh: F.arctanh, np.arctan2: F.arctan2, np.hypot: C.hypot, np.ldexp: C.ldexp,
     np.cbrt: F.cbrt, np.deg2rad: lambda x: F.mul(x, math.pi / 180),
     np.radians: lambda x: F.mul(x, math.pi / 180), np.rad2deg: lambda x: F.mul(x, 180 / math.pi),
     np.degrees: lambda x: F.mul(x, 180 / math.pi), np.logaddexp2: C.logaddexp2,
@@ -122,7 +122,10 @@ def _extreme(name, reduce, combine):
                 F.broadcast_to(F.cast(F.lift(initial, F._dtype_of(a), a.ctx), F._dtype_of(a)),
                                out.shape).copy_()
         r = reduce(a, axis, keepdims)
-        return r if initial is None else combine(r, initial)
+        if initial is None:
+            return r
+        # NumPy casts initial to the array's dtype (a bool mask's max stays bool)
+        return combine(r, np.asarray(initial).astype(F._dtype_of(r)))
     return fn
 
 
@@ -421,7 +424,8 @@ FUNCTIONS = {
     np.hstack: C.hstack, np.vstack: C.vstack, np.dstack: C.dstack,
     np.column_stack: C.column_stack, np.atleast_1d: C.atleast_1d, np.atleast_2d: C.atleast_2d,
     np.atleast_3d: C.atleast_3d, np.split: C.split, np.array_split: C.array_split,
-    np.hsplit: C.hsplit, np.vsplit: C.vsplit, np.dsplit: C.dsplit, np.moveaxis: C.moveaxis,
+    np.hsplit: C.hsplit, np.vsplit: C.vsplit, np.dsplit: C.dsplit, np.moveaxis: C.moveaxis, np.rollaxis: C.rollaxis,
+    np.ediff1d: C.ediff1d, np.choose: C.choose, np.resize: C.resize,
     np.swapaxes: F.swapaxes, np.ravel: lambda a, order="C": _ravel(a, order),
     np.take_along_axis: F.take_along_axis,
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
@@ -994,7 +998,7 @@ INPLACE = {np.copyto, np.put, np.putmask, np.put_along_axis, np.fill_diagonal}
 
 
 # the functions that NumPy answers with a view of their argument (writes go through to it)
-_VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
+_VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.rollaxis, np.squeeze,
           np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
           np.diagonal, np.rot90, np.flip, np.fliplr, np.flipud, np.split, np.array_split,
           np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real, np.diag}
@@ -1288,6 +1292,49 @@ def _warning_random(orig, name):
     return fn
 
 
+_VECTORIZE_MAX = 1024     # elements np.vectorize unrolls to (one call of f per element)
+
+
+def _vectorize_call(orig):
+    """np.vectorize(f)(x) with traced x: f is called on each element, as NumPy does, and
+    the results are stacked (f may branch only on what adjit can trace)."""
+    @functools.wraps(orig)
+    def call(self, *args, **kwargs):
+        if not any(_holds_tracer(a) for a in (*args, *kwargs.values())):
+            return orig(self, *args, **kwargs)
+        where = _at(user_where())
+        if self.signature is not None or self.excluded or kwargs:
+            raise UnsupportedError(f"np.vectorize with signature=, excluded= or keyword "
+                                   f"arguments on traced arrays{where}; call the function "
+                                   "on the whole arrays (NumPy's functions broadcast)")
+        args = [B.resolve(a) for a in args]
+        shape = np.broadcast_shapes(*(tuple(F._shape_of(a)) for a in args))
+        n = int(np.prod(shape, dtype=np.int64))
+        if n == 0 or n > _VECTORIZE_MAX:
+            raise UnsupportedError(
+                f"np.vectorize of traced arrays of {n} elements{where}: adjit unrolls it into "
+                f"one call per element, up to {_VECTORIZE_MAX}. Call the function on the "
+                "whole array instead (np.where for its branches; NumPy's functions broadcast)")
+        flat = [F.reshape(F.broadcast_to(a, shape), (-1,)) for a in args]
+        outs = [self.pyfunc(*(a[i] for a in flat)) for i in range(n)]
+        many = isinstance(outs[0], tuple)
+        cols = list(zip(*outs)) if many else [outs]
+        res = []
+        for k, col in enumerate(cols):
+            r = F.reshape(F.stack([_strong_array(c) for c in col], 0), shape)
+            if self.otypes:
+                r = F.cast(r, np.dtype(self.otypes[k]))
+            res.append(r)
+        return tuple(res) if many else res[0]
+    return call
+
+
+def _strong_array(v):
+    """An element's result as NumPy's vectorize stores it: an array value, not a Python
+    number (its dtype is the element's own)."""
+    return v if isinstance(v, Tracer) else np.asarray(v)
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
@@ -1304,6 +1351,8 @@ def constructors_accept_tracers():
             for name, column in (("r_", False), ("c_", True)):
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _Concatenator(_originals[name], column))
+            _originals["vectorize"] = np.vectorize.__call__
+            np.vectorize.__call__ = _vectorize_call(np.vectorize.__call__)
             for name in _RANDOM:
                 _originals[("random", name)] = getattr(np.random, name)
                 setattr(np.random, name, _warning_random(_originals[("random", name)], name))
@@ -1323,6 +1372,7 @@ def constructors_accept_tracers():
             if _patch_depth[0] == 0:
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
+                np.vectorize.__call__ = _originals.pop("vectorize")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:

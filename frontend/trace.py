@@ -302,14 +302,16 @@ def _name_the_library(e):
         return      # a shape or option error inside a SciPy function adjit follows
     tb, frames = e.__traceback__, []
     in_user, called = False, None
+    direct = True         # no user frame yet: adjit.compile(scipy.signal.fftconvolve) itself
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
         if _SCIPY in fn or fn.startswith("scipy" + os.sep):    # also Cython's frames
-            if in_user and called is None:
+            if (in_user or direct) and called is None:
                 called, frames = tb.tb_frame, []
             frames.append(tb.tb_frame)
         else:
             in_user = not fn.startswith(_ADJIT_DIRS)
+            direct = direct and not in_user
             if called is not None and in_user:
                 called = None       # SciPy called back into user code: the user's own error
         tb = tb.tb_next
@@ -321,12 +323,17 @@ def _name_the_library(e):
     public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
     name = f"{public}.{getattr(named.f_code, 'co_qualname', named.f_code.co_name)}"
     where = _at(user_where(called.f_back))
+    if public.startswith("scipy.signal"):
+        instead = ("np.convolve or np.correlate for 1-d signals (scipy.signal picks an FFT "
+                   "for large ones, which adjit cannot trace), or a sum of shifted slices or "
+                   "np.einsum over sliding windows for 2-d")
+    else:
+        instead = ("np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
+                   "the log-density formula written out")
     msg = (f"{name} (SciPy) needs concrete arrays, which a traced function does not have"
            f"{where}: adjit traces NumPy and scipy.special's elementwise functions, not "
            "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
-           "NumPy (np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
-           f"the log-density formula written out). (Inside SciPy: {type(e).__name__}: "
-           f"{str(e)[:120]})")
+           f"NumPy ({instead}). (Inside SciPy: {type(e).__name__}: {str(e)[:120]})")
     cls = type(e) if isinstance(e, AdjitError) else UnsupportedError
     try:
         new = cls(msg)

@@ -99,3 +99,87 @@ def test_a_step_counter_used_as_an_index_is_told_to_pass_the_batch_in():
         return np.sum(x[slice(i * 2, i * 2 + 2)] @ w)
     with pytest.raises(adjit.TraceError, match="pass it in as an argument"):
         adjit.grad(objective, backend="numpy")(np.ones(5), 3)
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: np.prod(x, dtype=np.int32), np.zeros(0)),
+    (lambda x: np.nanprod(x, dtype=np.int32), np.zeros(0)),
+    (lambda x: np.sum(x, dtype=np.float32), 2.0),                  # a Python-number argument
+    (lambda x: np.mean(x, dtype=np.float32), 2.0),
+    (lambda x: np.sum(x, dtype=np.int32), 2),
+    (lambda x: np.sum(x, dtype=np.float32) * np.ones(2, np.float16), 2.0),
+    (lambda m: np.max(m, axis=0, initial=1), np.ones((2, 4), bool)),
+    (lambda m: np.min(m, axis=0, initial=0), np.ones((2, 4), bool)),
+    (lambda x: np.max(x, initial=5.5), np.arange(3)),
+])
+def test_reductions_keep_the_dtype_asked_for(fn, x):
+    got, want = adjit.compile(fn, backend="numpy")(x), fn(x)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_np_vectorize_of_traced_arrays_calls_f_per_element():
+    vf = np.vectorize(lambda t: np.sin(t) * t)
+    pair = np.vectorize(lambda a, b: (a * b, a + b))
+    x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    np.testing.assert_allclose(adjit.compile(lambda x: vf(x), backend="numpy")(x), vf(x))
+    assert adjit.gradcheck(lambda x: np.sum(vf(x) ** 2), x) < 1e-6
+    for got, want in zip(adjit.compile(lambda x: pair(x, np.arange(3.0)), backend="numpy")(x),
+                         pair(x, np.arange(3.0))):
+        np.testing.assert_allclose(got, want)
+    f32 = x.astype(np.float32)
+    assert adjit.compile(lambda x: vf(x), backend="numpy")(f32).dtype == vf(f32).dtype
+    with pytest.raises(adjit.UnsupportedError, match="np.vectorize.*up to 1024.*whole array"):
+        adjit.compile(lambda x: vf(x), backend="numpy")(np.ones(2000))
+    branchy = np.vectorize(lambda t: 1.0 if t > 0 else 0.0)
+    with pytest.raises(adjit.TraceError, match="adjit.where"):
+        adjit.compile(lambda x: branchy(x), backend="numpy")(x)
+
+
+_X3 = np.random.default_rng(0).normal(size=(2, 3, 4))
+NEW_FUNCTIONS = {
+    "rollaxis": lambda x: np.rollaxis(x, 2),
+    "rollaxis start": lambda x: np.rollaxis(x, 2, 1),
+    "rollaxis to end": lambda x: np.rollaxis(x, 0, 3),
+    "rollaxis negative": lambda x: np.rollaxis(x, -1, -2),
+    "ediff1d": lambda x: np.ediff1d(x),
+    "ediff1d ends": lambda x: np.ediff1d(x, to_end=[1, 2], to_begin=-1.0),
+    "ediff1d float32": lambda x: np.ediff1d(x.astype(np.float32), to_begin=np.array([5.0])),
+    "choose": lambda x: np.choose(np.array([[0, 1, 2, 1]]), [x[0, 0], x[0, 1], x[1]]),
+    "choose clip": lambda x: np.choose(np.array([0, 3, -1, 1]), [x[0, 0], x[0, 1]], mode="clip"),
+    "choose wrap": lambda x: np.choose(np.array([0, 3, -1, 1]), [x[0, 0], 2.0], mode="wrap"),
+    "ldexp": lambda x: np.ldexp(x, np.array([1, -2, 3, 0])),
+    "ldexp float32": lambda x: np.ldexp(x.astype(np.float32), 3),
+    "ldexp tiny": lambda x: np.ldexp(np.array([1e300]), -1100) * x[0, 0, 1],
+    "resize": lambda x: np.resize(x, (5, 7)),
+    "resize 1d": lambda x: np.resize(x, 10),
+    "resize empty": lambda x: np.resize(x, (0,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_FUNCTIONS))
+def test_functions_autograd_tests_use_match_numpy(name):
+    fn = NEW_FUNCTIONS[name]
+    got, want = adjit.compile(fn, backend="numpy")(_X3), fn(_X3)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    if want.size and want.dtype == np.float64:
+        assert adjit.gradcheck(lambda a: np.sum(np.sin(fn(a))), _X3) < 1e-6
+
+
+def test_choose_with_traced_indices_needs_clip_or_wrap():
+    a, lab = _X3[0, :2], np.array([0, 1, 1, 0])
+    got = adjit.compile(lambda a, l: np.choose(l, [a[0], a[1]], mode="clip"),
+                        backend="numpy")(a, lab)
+    np.testing.assert_array_equal(got, np.choose(lab, [a[0], a[1]]))
+    with pytest.raises(adjit.UnsupportedError, match="mode='clip'"):
+        adjit.compile(lambda a, l: np.choose(l, [a[0], a[1]]), backend="numpy")(a, lab)
+
+
+def test_a_write_into_rollaxis_reaches_the_array():
+    def f(x):
+        x = x * 1.0
+        np.rollaxis(x, 1)[0] = 0.0
+        return x
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x.copy()))
