@@ -133,6 +133,11 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
 
 
 # -- quantiles -----------------------------------------------------------------------------------
+def _count(shape, axes):
+    """How many values the axes of shape hold (an explicit -1: other axes may be empty)."""
+    return int(np.prod([shape[i] for i in axes], dtype=np.int64))
+
+
 def _hyndman_fan(alpha, beta):
     return lambda n, q: n * q + (alpha + q * (1 - alpha - beta)) - 1
 
@@ -183,7 +188,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
     # the reduced axes, merged, become axis 0, as in NumPy's implementation
     keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep), (-1,) + tuple(shape[i] for i in keep))
+    arr = F.reshape(F.transpose(a, list(axes) + keep), (_count(shape, axes),) + tuple(shape[i] for i in keep))
     n = _shape_of(arr)[0]
     vfun, fix_gamma = _METHODS[method]
     virtual = np.asanyarray(vfun(n, qa))
@@ -269,6 +274,8 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 1:
         raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
                          f"[0, {_scale}]{where}")
+    if not _count(_shape_of(a), range(_ndim(a))):
+        return _empty_nan(a, axis, keepdims)
     kq, pick, dtype, finish = _nan_sorted(a, axis, qa.shape, keepdims)
     vfun, fix_gamma = _METHODS[method]
     virtual = vfun(kq, qa.reshape(qa.shape + (1,) * (len(_shape_of(kq)) - qa.ndim)))
@@ -285,6 +292,14 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     return finish(vals)
 
 
+def _empty_nan(a, axis, keepdims):
+    """NumPy's answer for an empty array: np.nanmean's, NaN in nanmean's shape (whatever q)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = np.nanmean(np.empty(_shape_of(a), _dtype_of(a)), axis, keepdims=keepdims)
+    return F.full_like(F.zeros(np.shape(want), want.dtype), math.nan)
+
+
 def _nan_sorted(a, axis, qshape, keepdims):
     """What the NaN-skipping quantiles share: the reduced axes of a merged into axis 0 and
     sorted (NaNs last); kq, each slice's count of numbers shaped qshape-broadcastable; pick(i),
@@ -295,7 +310,7 @@ def _nan_sorted(a, axis, qshape, keepdims):
     nd = len(shape)
     axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
     keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep), (-1,) + tuple(shape[i] for i in keep))
+    arr = F.reshape(F.transpose(a, list(axes) + keep), (_count(shape, axes),) + tuple(shape[i] for i in keep))
     rest = tuple(_shape_of(arr)[1:])
     full = tuple(qshape) + rest
     srt = C.sort(arr, 0)
@@ -303,8 +318,11 @@ def _nan_sorted(a, axis, qshape, keepdims):
     last = F.maximum(F.sub(kq, 1), 0)
 
     def pick(i):
+        if not _shape_of(srt)[0]:      # nothing to pick from: finish makes it NaN
+            return F.full_like(F.zeros(full, _dtype_of(srt)), math.nan)
         i = F.broadcast_to(F.maximum(F.minimum(F.cast(i, np.intp), last), 0), full)
-        got = F.take_along_axis(srt, F.reshape(i, (-1,) + rest), 0)
+        got = F.take_along_axis(srt, F.reshape(i, (_count(full, range(len(qshape))),) + rest),
+                                0)
         return F.reshape(got, full)
 
     def finish(vals):
@@ -341,6 +359,8 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
         raise UnsupportedError(f"np.nanmedian with out={_at(user_where())}")
     if _dtype_of(a).kind != "f" or not isinstance(a, Tracer):
         return C.median(a, axis, keepdims)
+    if not _count(_shape_of(a), range(_ndim(a))):
+        return _empty_nan(a, axis, keepdims)
     kq, pick, _, finish = _nan_sorted(a, axis, (), keepdims)
     lo, hi = pick(N.floor_divide(F.sub(kq, 1), 2)), pick(N.floor_divide(kq, 2))
     return finish(F.div(F.add(lo, hi), 2))

@@ -183,3 +183,18 @@ def test_a_write_into_rollaxis_reaches_the_array():
         return x
     x = np.arange(6.0).reshape(2, 3)
     np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x.copy()))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fn, shape", [
+    (lambda a: np.nanmedian(a), (0, 4)), (lambda a: np.nanmedian(a, axis=0), (0, 4)),
+    (lambda a: np.nanmedian(a, axis=1), (0, 4)), (lambda a: np.nanmedian(a, axis=1), (4, 0)),
+    (lambda a: np.nanquantile(a, [0.2, 0.5], axis=0), (0, 3)),   # NumPy: nanmean's shape
+    (lambda a: np.quantile(a, 0.5, axis=1), (0, 4)),
+    (lambda a: np.nanpercentile(a, 30, axis=1, keepdims=True), (0, 4)),
+])
+def test_nan_quantiles_of_empty_arrays_are_numpys(fn, shape):
+    x = np.zeros(shape)
+    got, want = adjit.compile(fn, backend="numpy")(x), fn(x)
+    assert np.shape(got) == np.shape(want) and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
