@@ -48,7 +48,9 @@ UFUNCS = {
     np.bitwise_and: lambda x, y: _bitwise("&", C.logical_and, x, y),
     np.bitwise_or: lambda x, y: _bitwise("|", C.logical_or, x, y),
     np.bitwise_xor: lambda x, y: _bitwise("^", C.logical_xor, x, y),
-    np.invert: lambda x: _bitwise("~", lambda a, b: C.logical_not(a), x, False),
+    np.invert: lambda x: _bitwise("~", lambda a, b: C.logical_not(a), x),
+    np.left_shift: lambda x, y: _bitwise("<<", None, x, y),
+    np.right_shift: lambda x, y: _bitwise(">>", None, x, y),
     np.sqrt: F.sqrt, np.square: lambda x: F.mul(x, x), np.abs: F.abs, np.fabs: F.abs,
     np.sign: F.sign, np.reciprocal: lambda x: F.div(1.0, x),
     np.greater: F.gt, np.greater_equal: F.ge, np.less: F.lt, np.less_equal: F.le,
@@ -69,11 +71,26 @@ _ASSOCIATIVE = {np.maximum, np.minimum, np.fmax, np.fmin, np.logaddexp, np.logad
                 np.hypot, np.logical_and, np.logical_or, np.logical_xor}
 
 
-def _bitwise(sym, logical, x, y):
-    if all(F._dtype_of(v) == np.bool_ or isinstance(v, bool) for v in (x, y)):
-        return logical(x, y)
-    raise UnsupportedError(f"bitwise {sym} on {F._dtype_of(x)} arrays{_at(user_where())}; "
-                           "adjit supports &, |, ^ and ~ on boolean masks only (and no shifts)")
+_BITWISE = {"&": ("bitand", "bitwise_and"), "|": ("bitor", "bitwise_or"),
+            "^": ("bitxor", "bitwise_xor"), "<<": ("lshift", "left_shift"),
+            ">>": ("rshift", "right_shift"), "~": ("invert", "invert")}
+
+
+def _bitwise(sym, logical, x, *y):
+    """&, |, ^ and ~ of boolean masks are the logical operations; of integers (and the
+    shifts) the bitwise ones, in NumPy's promoted integer dtype (booleans shift as int8)."""
+    op, ufunc = _BITWISE[sym]
+    xs = (x, *y)
+    dts = [F._dtype_of(v) for v in xs]
+    if logical is not None and all(d == np.bool_ for d in dts):
+        return logical(*xs) if y else logical(x, False)
+    if any(d.kind not in "biu" for d in dts):
+        raise UnsupportedError(f"np.{ufunc} of {', '.join(str(d) for d in dts)}"
+                               f"{_at(user_where())}: as in NumPy, bitwise operations take "
+                               "integers and booleans only")
+    if all(d == np.bool_ for d in dts):            # shifts of booleans: NumPy's int8 loop
+        xs = tuple(F.cast(v, np.int8) for v in xs)
+    return F._elementwise(op, list(xs))
 
 
 _no_out = C._no_out
@@ -1043,9 +1060,11 @@ def _install():
     T.__ror__ = lambda s, o: _bitwise("|", C.logical_or, o, s)
     T.__xor__ = lambda s, o: _bitwise("^", C.logical_xor, s, o)
     T.__rxor__ = lambda s, o: _bitwise("^", C.logical_xor, o, s)
-    T.__invert__ = lambda s: _bitwise("~", lambda a, b: C.logical_not(a), s, False)
-    for _sh, _sym in (("lshift", "<<"), ("rshift", ">>"), ("rlshift", "<<"), ("rrshift", ">>")):
-        setattr(T, f"__{_sh}__", lambda s, o, sym=_sym: _bitwise(sym, None, s, 0))
+    T.__invert__ = lambda s: _bitwise("~", lambda a, b: C.logical_not(a), s)
+    T.__lshift__ = lambda s, o: _python_op(lambda a, b: _bitwise("<<", None, a, b), s, o)
+    T.__rlshift__ = lambda s, o: _python_op(lambda a, b: _bitwise("<<", None, a, b), o, s)
+    T.__rshift__ = lambda s, o: _python_op(lambda a, b: _bitwise(">>", None, a, b), s, o)
+    T.__rrshift__ = lambda s, o: _python_op(lambda a, b: _bitwise(">>", None, a, b), o, s)
     T.reshape = _reshape
     T.transpose = lambda s, *axes: F.transpose(s, axes if axes else None) if len(axes) != 1 \
         else F.transpose(s, axes[0])

@@ -538,6 +538,16 @@ for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")
            "{0} %s {1}" % _sym, "({0} %s {1})" % _sym, "({0} %s {1})" % _sym,
            dtype=bool_dtype, differentiable=False)
 
+# bitwise operations of integers (boolean masks use the logical ops); no derivatives
+for _name, _fn, _sym in [("bitand", np.bitwise_and, "&"), ("bitor", np.bitwise_or, "|"),
+                         ("bitxor", np.bitwise_xor, "^"), ("lshift", np.left_shift, "<<"),
+                         ("rshift", np.right_shift, ">>")]:
+    binary(_name, _fn, lambda g, out, x, y: [None, None], lambda t, out, x, y: None,
+           "{0} %s {1}" % _sym, "({0} %s {1})" % _sym, "({0} %s {1})" % _sym,
+           differentiable=False)
+unary("invert", np.invert, lambda g, out, x: [None], lambda t, out, x: None,
+      "~{0}", "(~{0})", "(~{0})", differentiable=False)
+
 _register(OpDef(
     "where", 3, "elementwise", where_shape, where_dtype, _where,
     lambda g, out, c, x, y: [None, F.where(c, g, 0.0), F.where(c, 0.0, g)],

@@ -139,6 +139,20 @@ TABLE = {
     "le": _b(lambda x, y: np.where(x <= y, x * x, y)),
     "eq": _b(lambda x, y: np.where(x == y, x, x * y)),
     "ne": _b(lambda x, y: np.where(x != y, x * y, y)),
+    # bitwise operations of integers made from the data: masks that select, no derivative
+    "bitand": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
+                                        & np.floor(y * 8).astype(np.int64)) > 2, x, y)),
+    "bitor": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
+                                       | np.floor(y * 8).astype(np.int64)) > 2, x, y)),
+    "bitxor": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
+                                        ^ np.floor(y * 8).astype(np.int64)) > 2, x, y)),
+    "lshift": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
+                                        << np.clip(np.floor(y * 2 + 3), 0, 6).astype(np.int64))
+                                       > 9, x, y)),
+    "rshift": _b(lambda x, y: np.where((np.floor(x * 64).astype(np.int64)
+                                        >> np.clip(np.floor(y * 2 + 3), 0, 6).astype(np.int64))
+                                       > 1, x, y)),
+    "invert": _u(lambda x: np.where(~np.floor(x * 8).astype(np.int64) > 0, x, x * x)),
     "where": {"fn": lambda c, x, y: np.where(c > 0, x, y),
               "inputs": [[(VEC, "any")] * 3, [(MAT, "any"), ((4,), "any"), (SCALAR, "any")]]},
     "cast": _u(lambda x: (x.astype(np.float32).astype(np.float64) - x.astype(np.float32))

@@ -198,3 +198,31 @@ def test_nan_quantiles_of_empty_arrays_are_numpys(fn, shape):
     got, want = adjit.compile(fn, backend="numpy")(x), fn(x)
     assert np.shape(got) == np.shape(want) and got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+_INTS = [np.array([0, 1, 2, 3, 5, 12, -7], np.int64), np.array([0, 1, 2, 3, 5, 12, -7], np.int32),
+         np.array([1, 2, 200, 255], np.uint8)]
+BITWISE = [lambda a: a & 1, lambda a: a | 4, lambda a: a ^ 3, lambda a: ~a, lambda a: a << 2,
+           lambda a: a >> 1, lambda a: 1 << a % 5, lambda a: np.bitwise_and(a, 6),
+           lambda a: np.left_shift(a, 1), lambda a: np.right_shift(a, np.int8(1)),
+           lambda a: np.invert(a), lambda a: (a > 0) & (a < 3), lambda a: ~(a > 0),
+           lambda a: (a > 0) << 1, lambda a: a & np.int8(3)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("k", range(len(BITWISE)))
+def test_bitwise_operations_of_integers_match_numpy(k, backend):
+    fn = BITWISE[k]
+    for a in _INTS:
+        got, want = adjit.compile(fn, backend=backend, min_kernel_size=0)(a), fn(a)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_parity_masks_select_gradients_and_floats_are_refused():
+    x, k = np.linspace(-1.0, 1.0, 7), _INTS[0]
+    g = adjit.grad(lambda x, k: np.sum(np.where(k & 1, x ** 2, x)), backend="numpy")(x, k)
+    np.testing.assert_allclose(g, np.where(k & 1, 2 * x, 1.0))
+    assert adjit.compile(lambda a, b: a >> b, backend="numpy")(5, 1) == 2
+    with pytest.raises(adjit.UnsupportedError, match="bitwise_and of float64.*integers"):
+        adjit.compile(lambda x: x & 1, backend="numpy")(x)
