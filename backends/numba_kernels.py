@@ -35,7 +35,7 @@ class KernelSpec:
 
 # elementwise ops whose scalar spelling is already a Python bool for boolean results
 _BOOL_NATIVE = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_not", "isnan",
-                          "isinf", "isfinite", "where", "cast"))
+                          "isinf", "isfinite", "where", "cast", "signbit"))
 
 def literal(value, dtype) -> str:
     """A scalar constant as numba source (math.inf and math.nan instead of float('inf'))."""
@@ -300,7 +300,7 @@ class _Source:
                 expr = f"np.{dt.name}({_unwrap(expr)})"
             elif OPS[ins.op].kind == "elementwise" and ins.op not in _BOOL_NATIVE:
                 # NumPy's boolean arithmetic is logical: True + True is True (Python's is 2)
-                expr = f"({_unwrap(expr)} != 0)"
+                expr = f"({expr} != 0)"    # kept whole: `a < b != 0` would chain
             lines.append(f"t{j} = {expr}")
             val[r] = f"t{j}"
         n_ins = len(self.ins)

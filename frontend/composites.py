@@ -676,10 +676,10 @@ def heaviside(x, h0):
 
 
 def signbit(x):
-    """np.signbit: x < 0, and -0.0 (1 / x < 0) for floats (a NaN's sign bit is not seen)."""
+    """np.signbit: x < 0 for integers; the sign bit of floats (-0.0 and a negative NaN too)."""
     if F._dtype_of(x).kind not in "fc":
         return F.lt(x, 0)
-    return F.where(F.lt(x, 0), True, F.lt(F.div(1.0, x), 0))
+    return F._elementwise("signbit", [x])
 
 
 def modf(x):
@@ -692,9 +692,8 @@ def modf(x):
 
 
 def copysign(x, y):
-    # the sign bit of y: y < 0, or 1/y < 0 for y == -0.0 (and -inf already counts as y < 0)
     dt = F.result_dtype(x, y, 1.0)       # Python numbers weak: copysign(2.0, x32) is float32
-    neg_y = F.where(F.lt(y, 0), True, F.lt(F.div(1.0, y), 0))
+    neg_y = signbit(y if F._dtype_of(y).kind == "f" else F.cast(y, dt))
     ax = F.abs(F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt))
     return F.where(neg_y, F.neg(ax), ax)
 

@@ -970,9 +970,21 @@ def ceil(x): return _rounding("ceil", x)
 
 
 def round_(x, decimals=0):
-    if decimals:
-        scale = 10.0 ** decimals
-        return div(_rounding("round", mul(x, scale)), scale)
+    """np.round as NumPy computes it: rint(x * 10**d) / 10**d, and for negative d
+    rint(x / 10**-d) * 10**-d (the power is exact, 0.001 is not); integers stay integers."""
+    decimals = int(decimals)
+    kind = _dtype_of(x).kind
+    if kind in "biu":
+        if decimals >= 0:
+            return x
+        f = 10.0 ** -decimals
+        return cast(mul(_rounding("round", div(x, f)), f), _dtype_of(x))
+    if decimals > 0:
+        f = 10.0 ** decimals
+        return div(_rounding("round", mul(x, f)), f)
+    if decimals < 0:
+        f = 10.0 ** -decimals
+        return mul(_rounding("round", div(x, f)), f)
     return _rounding("round", x)
 
 

@@ -25,7 +25,6 @@ from . import statistics as S
 from . import decompositions as LD
 from .tracer import _scalar, Tracer, _at, current, user_where
 
-_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
 
 UFUNCS = {
     np.add: F.add, np.subtract: F.sub, np.multiply: F.mul, np.divide: F.div,
@@ -33,7 +32,8 @@ UFUNCS = {
     np.maximum: F.maximum, np.minimum: F.minimum, np.fmax: N.fmax, np.fmin: N.fmin,
     np.negative: F.neg, np.positive: lambda x: x, np.exp: F.exp, np.expm1: F.expm1,
     np.exp2: F.exp2, np.log: F.log, np.log1p: F.log1p,
-    np.log2: lambda x: F.div(F.log(x), _LN2), np.log10: lambda x: F.div(F.log(x), _LN10),
+    np.log2: lambda x: F._elementwise("log2", [x], float_only=True),
+    np.log10: lambda x: F._elementwise("log10", [x], float_only=True),
     np.sin: F.sin, np.cos: F.cos, np.tan: lambda x: F.div(F.sin(x), F.cos(x)),
     np.tanh: F.tanh, np.sinh: F.sinh, np.cosh: F.cosh,
     np.arctan: F.arctan, np.arcsin: F.arcsin, np.arccos: F.arccos, np.arcsinh: F.arcsinh,
@@ -1034,7 +1034,9 @@ def _install():
     T.__rmul__ = lambda s, o: F.mul(o, s)
     T.__truediv__ = lambda s, o: F.div(s, o)
     T.__rtruediv__ = lambda s, o: F.div(o, s)
-    T.__pow__ = lambda s, o: _pow(s, o)
+    # NumPy's operator takes np.square for ** 2, whose smallest loop is int8: mask ** 2
+    T.__pow__ = lambda s, o: _pow(F.cast(s, np.int8) if s.dtype == np.bool_ and
+                                  type(o) is int and o == 2 else s, o)
     T.__rpow__ = lambda s, o: F.power(o, s)
     T.__matmul__ = lambda s, o: F.matmul(s, o)
     T.__rmatmul__ = lambda s, o: F.matmul(o, s)

@@ -259,7 +259,7 @@ def _bitmask(x, c, invert):
     return m.view(x.dtype)
 
 
-_LN2 = 0.6931471805599453
+_LN2, _LN10 = 0.6931471805599453, 2.302585092994046
 
 
 # -- registration helpers ------------------------------------------------------------------
@@ -310,6 +310,14 @@ unary("cbrt", np.cbrt, lambda g, out, x: [F.div(g, F.mul(F.mul(out, out), 3.0))]
       "np.cbrt({0})", "np.cbrt({0})", "cbrt({0})", flops=4)
 unary("log", np.log, lambda g, out, x: [F.div(g, x)], lambda t, out, x: F.div(t[0], x),
       "np.log({0})", "math.log({0})", "log({0})", flops=4)
+# log2 and log10 are their own library calls: log(x) / log(10) is not exact at powers (NumPy's
+# floor(log10(1000)) is 3)
+unary("log2", np.log2, lambda g, out, x: [F.div(g, F.mul(x, _LN2))],
+      lambda t, out, x: F.div(t[0], F.mul(x, _LN2)),
+      "np.log2({0})", "math.log2({0})", "log2({0})", flops=4)
+unary("log10", np.log10, lambda g, out, x: [F.div(g, F.mul(x, _LN10))],
+      lambda t, out, x: F.div(t[0], F.mul(x, _LN10)),
+      "np.log10({0})", "math.log10({0})", "log10({0})", flops=4)
 # log1p keeps precision near 0, where log(1 + x) rounds 1 + x first
 unary("log1p", np.log1p, lambda g, out, x: [F.div(g, F.add(x, 1))],
       lambda t, out, x: F.div(t[0], F.add(x, 1)),
@@ -537,6 +545,13 @@ for _name, _fn, _sym in [("gt", np.greater, ">"), ("ge", np.greater_equal, ">=")
     binary(_name, _fn, lambda g, out, x, y: [None, None], lambda t, out, x, y: None,
            "{0} %s {1}" % _sym, "({0} %s {1})" % _sym, "({0} %s {1})" % _sym,
            dtype=bool_dtype, differentiable=False)
+
+_register(OpDef(
+    "signbit", 1, "elementwise", same_shape, bool_dtype, np.signbit,
+    lambda g, out, x: [None], lambda t, out, x: None,
+    "np.signbit({0})", "(math.copysign(1.0, {0}) < 0.0)", "signbit({0})",
+    lambda out, ins, a: _numel(out), differentiable=False, fusion="map",
+    doc="the sign bit of a float: also -0.0's and a negative NaN's"))
 
 # bitwise operations of integers (boolean masks use the logical ops); no derivatives
 for _name, _fn, _sym in [("bitand", np.bitwise_and, "&"), ("bitor", np.bitwise_or, "|"),

@@ -93,6 +93,8 @@ TABLE = {
     "exp2": _u(np.exp2),
     "cbrt": _u(np.cbrt, "away0"),
     "log": _u(np.log, "positive"),
+    "log2": _u(lambda x: np.log2(x), "positive"),
+    "log10": _u(lambda x: np.log10(x), "positive"),
     "log1p": _u(np.log1p, "gtm1"),
     "sin": _u(np.sin),
     "cos": _u(np.cos),
@@ -139,6 +141,7 @@ TABLE = {
     "le": _b(lambda x, y: np.where(x <= y, x * x, y)),
     "eq": _b(lambda x, y: np.where(x == y, x, x * y)),
     "ne": _b(lambda x, y: np.where(x != y, x * y, y)),
+    "signbit": _u(lambda x: np.where(np.signbit(x), x * x, x)),
     # bitwise operations of integers made from the data: masks that select, no derivative
     "bitand": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
                                         & np.floor(y * 8).astype(np.int64)) > 2, x, y)),

@@ -226,3 +226,50 @@ def test_parity_masks_select_gradients_and_floats_are_refused():
     assert adjit.compile(lambda a, b: a >> b, backend="numpy")(5, 1) == 2
     with pytest.raises(adjit.UnsupportedError, match="bitwise_and of float64.*integers"):
         adjit.compile(lambda x: x & 1, backend="numpy")(x)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("decimals", [-5, -3, -1, 0, 1, 3])
+@pytest.mark.parametrize("x", [
+    np.float32([1075.07, 2308.31, -5760.98, 0.125, 2.5]),
+    np.array([150000.0, 250000.0, 48201953.0, 462849446.0, 0.0015, -2.675]),
+    np.int32([14, 15, 25, 1234, -35]), np.uint8([14, 15, 250]),
+], ids=["float32", "float64", "int32", "uint8"])
+def test_round_with_decimals_is_numpys_bit_for_bit(x, decimals, backend):
+    # NumPy divides by the exact 10 ** -d for negative d (x * 0.001 is not x / 1000)
+    got = adjit.compile(lambda x: np.round(x, decimals), backend=backend, min_kernel_size=0)(x)
+    want = np.round(x, decimals)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_log10_and_log2_are_exact_at_powers(backend):
+    x = np.array([1000.0, 1e6, 1e-3, 2.0 ** 31, 7.3])
+    f = adjit.compile(lambda x: (np.floor(np.log10(x)), np.log2(x)), backend=backend,
+                      min_kernel_size=0)
+    digits, l2 = f(x)
+    np.testing.assert_array_equal(digits, [3, 6, -3, 9, 0])
+    np.testing.assert_array_equal(l2, np.log2(x))
+    assert adjit.gradcheck(lambda x: np.sum(np.log10(x) * np.log2(x)), np.array([3.0, 7.3])) \
+        < 1e-8
+    assert f(x.astype(np.float32))[1].dtype == np.float32
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_signbit_and_copysign_read_the_sign_bit_of_nan_and_zero(backend):
+    with np.errstate(invalid="ignore"):
+        x = np.array([-np.nan, np.nan, -0.0, 0.0, -1.0, 2.0, -np.inf, np.inf])
+    for fn in (np.signbit, lambda x: np.signbit(np.copysign(2.0, x)),
+               lambda x: np.signbit(np.copysign(x, -1.0)),
+               lambda x: np.signbit(x.astype(np.float32))):
+        got = adjit.compile(fn, backend=backend, min_kernel_size=0)(x)
+        np.testing.assert_array_equal(got, fn(x))
+
+
+def test_a_boolean_mask_squared_is_int8_as_numpys_operator():
+    b = np.array([True, False])
+    for fn in (lambda b: b ** 2, lambda b: np.power(b, 2), lambda b: b ** 3):
+        got, want = adjit.compile(fn, backend="numpy")(b), fn(b)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
