@@ -375,7 +375,50 @@ def cumprod(x, axis=None, dtype=None):
         x = F.cast(x, dtype)
     elif x.dtype.kind in "bui":
         x = F.cast(x, F.accumulator(x.dtype))
-    return scan(F.mul, x, axis, "cumprod")
+    if x.ndim == 0:
+        raise ShapeError(f"np.cumprod of a 0-d array with an axis{_at(user_where())}")
+    return x.ctx.emit("cumprod", [x], {"axis": _axis(axis, x.ndim, "cumprod")})
+
+
+def exclusive(y, ax, fill):
+    """y shifted one step along ax, fill first: y_{i-1} (y_{-1} = fill)."""
+    first = F.full_like(_slice(y, ax, 0, 1), fill)
+    return F.concatenate([first, _slice(y, ax, 0, _shape_of(y)[ax] - 1)], ax)
+
+
+def linear_recurrence(a, b, ax):
+    """t_i = b_i + a_i t_{i-1} along ax, t_{-1} = 0, by products and sums only (no division:
+    exact where a holds zeros): left to right up to 32 long, else by doubling strides on the
+    affine maps (a, b)."""
+    n = _shape_of(b)[ax]
+    if n <= _SEQUENTIAL:
+        parts = [_slice(b, ax, 0, 1)]
+        for i in range(1, n):
+            parts.append(F.add(_slice(b, ax, i, i + 1), F.mul(_slice(a, ax, i, i + 1),
+                                                              parts[-1])))
+        return F.concatenate(parts, ax) if n > 1 else parts[0]
+    k = 1
+    while k < n:
+        # maps ending at i compose with those ending at i - k: (a, b) o (a', b')
+        a_hi, b_hi = _slice(a, ax, k, n), _slice(b, ax, k, n)
+        a_lo, b_lo = _slice(a, ax, 0, n - k), _slice(b, ax, 0, n - k)
+        b = F.concatenate([_slice(b, ax, 0, k), F.add(b_hi, F.mul(a_hi, b_lo))], ax)
+        a = F.concatenate([_slice(a, ax, 0, k), F.mul(a_hi, a_lo)], ax)
+        k *= 2
+    return b
+
+
+def cumprod_vjp(g, out, x, axis):
+    """d x_k = y_{k-1} S_k with S_k = g_k + x_{k+1} S_{k+1}: a reverse linear recurrence,
+    exact at zeros (the textbook reverse_cumsum(g y) / x divides by them)."""
+    gf, xf = F.flip(g, axis), F.flip(x, axis)
+    s = F.flip(linear_recurrence(exclusive(xf, axis, 0), gf, axis), axis)
+    return F.mul(exclusive(out, axis, 1), s)
+
+
+def cumprod_jvp(t, out, x, axis):
+    """d y_i = x_i d y_{i-1} + y_{i-1} t_i."""
+    return linear_recurrence(x, F.mul(exclusive(out, axis, 1), t), axis)
 
 
 def fold(f, x, axis, keepdims, what):

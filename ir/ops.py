@@ -937,6 +937,13 @@ _register(OpDef(
     lambda g, out, x, axis: [F.flip(F.cumsum(F.flip(g, axis), axis), axis)],
     lambda t, out, x, axis: F.cumsum(t[0], axis), "np.cumsum({0}, axis={axis})",
     flops=lambda out, ins, a: _numel(out)))
+_COMPOSITES = _Lazy("adjit.frontend.composites")
+_register(OpDef(
+    "cumprod", 1, "scan", same_shape, first_dtype, lambda x, axis: np.cumprod(x, axis=axis),
+    lambda g, out, x, axis: [_COMPOSITES.cumprod_vjp(g, out, x, axis)],
+    lambda t, out, x, axis: _COMPOSITES.cumprod_jvp(t[0], out, x, axis),
+    "np.cumprod({0}, axis={axis})", flops=lambda out, ins, a: _numel(out),
+    doc="running product; its rules are linear recurrences, exact where x holds zeros"))
 unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.floor({0})",
       "np.floor({0})", "floor({0})", differentiable=False)
 unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",

@@ -183,6 +183,9 @@ TABLE = {
             "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "cumsum": {"fn": lambda x: np.cumsum(x, axis=-1) * x.cumsum(axis=0),
                "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
+    "cumprod": {"fn": lambda x: np.cumprod(x, axis=-1) + np.cumprod(x, axis=0) * x,
+                "inputs": [[(VEC, "small")], [(MAT, "small")], [((2, 3, 4), "small")],
+                           [((3, 40), "positive")]]},
     # rounding has derivative zero almost everywhere: the rows multiply by x to see that
     "floor": _u(lambda x: np.floor(x * 3.0) * x, "any", (VEC, MAT)),
     "ceil": _u(lambda x: np.ceil(x * 3.0) * x, "any", (VEC, MAT)),
