@@ -87,22 +87,25 @@ def _unit_axes_only(g, n) -> bool:
     return src == [k for k in g[n]["shape"] if k != 1]
 
 
-def is_view(g: Graph, n, memo=None) -> bool:
-    """Does node n share its argument's buffer in NumPy (no allocation)?"""
+def is_view(g: Graph, n, memo=None, may_alias=False) -> bool:
+    """Does node n share its argument's buffer in NumPy (no allocation)? may_alias: also a
+    reshape of a strided view, which NumPy views whenever the strides allow it (a reversed
+    vector reshaped to a matrix): the question before writing into a buffer."""
     d = g[n]
     if kind(d["op"]) != "view":
         return False
-    if d["op"] == "reshape":
+    if d["op"] == "reshape" and not may_alias:
         # reshaping a transposed or broadcast view copies, unless only unit axes change
         return _unit_axes_only(g, n) or \
             _contiguous(g, d["args"][0], memo if memo is not None else {})
     return True
 
 
-def buffers(g: Graph, nodes, in_place=None) -> tuple[dict, dict]:
+def buffers(g: Graph, nodes, in_place=None, may_alias=False) -> tuple[dict, dict]:
     """(base, alloc): the node whose buffer each node uses, and the bytes each allocates.
     in_place: {node: argument} nodes computed into an argument's buffer (a donated input's,
-    which stays the node's own for liveness, or a dying value's, which it takes over)."""
+    which stays the node's own for liveness, or a dying value's, which it takes over).
+    may_alias: every reshape counts as a view (`is_view`), for decisions to overwrite."""
     memo, base, alloc = {}, {}, {}
     in_place = in_place or {}
     for n in nodes:
@@ -113,7 +116,7 @@ def buffers(g: Graph, nodes, in_place=None) -> tuple[dict, dict]:
             alloc[n] = 0
         elif kind(d["op"]) == "source":
             base[n], alloc[n] = n, 0
-        elif is_view(g, n, memo):
+        elif is_view(g, n, memo, may_alias):
             base[n], alloc[n] = base[d["args"][0]], 0
         else:
             base[n], alloc[n] = n, g.nbytes(n)
@@ -196,7 +199,7 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
     other such arguments, whose buffers the unit's temporaries may take. taken: pairs
     already decided (donations)."""
     taken = dict(taken or {})
-    base, alloc = buffers(g, order, taken)
+    base, alloc = buffers(g, order, taken, may_alias=True)
     last_use = last_uses(g, order, base, taken)
     members, got, spare = {}, {}, {}
     step = 0
@@ -215,6 +218,12 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
     for unit in units(g, order):
         last = step + len(unit) - 1
         used = set()
+        for n in unit:
+            # a view shares its argument's buffer as it is now: the argument may have been
+            # computed into a dying value's buffer since `buffers` looked (t = h + s into h,
+            # then t[::-1] is a view of h's buffer too)
+            if base[n] != n and n not in taken and kind(g[n]["op"]) == "view":
+                base[n] = base[g.args(n)[0]]
         reads = {}
         for n in unit:
             for a in g.args(n):
@@ -332,7 +341,7 @@ def in_place_pairs(g: Graph, order, candidates) -> dict:
     and no result is a view of the input."""
     if not candidates:
         return {}
-    base, _ = buffers(g, order)
+    base, _ = buffers(g, order, may_alias=True)
     readers = _readers(g, order, base)
     first, step = {}, {}
     for s, unit in enumerate(units(g, order)):

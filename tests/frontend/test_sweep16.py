@@ -273,3 +273,49 @@ def test_a_boolean_mask_squared_is_int8_as_numpys_operator():
         got, want = adjit.compile(fn, backend="numpy")(b), fn(b)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+_VIEWS_OF_T = {
+    "[::-1]": lambda t: t[::-1], "flip0": lambda t: np.flip(t, 0), "[:, ::-1]": lambda t: t[:, ::-1],
+    ".T": lambda t: t.T, "rot90": lambda t: np.rot90(t),
+    "ravel reversed reshaped": lambda t: t.ravel()[::-1].reshape(4, 4),
+    "rows reshaped": lambda t: t[::2].reshape(2, 2, 2).reshape(2, 4),
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("maker", ["sum_keep", "plain_mul"])
+@pytest.mark.parametrize("view", sorted(_VIEWS_OF_T))
+def test_a_buffer_is_not_overwritten_while_a_view_of_it_is_read(view, maker, backend):
+    # tangent-style fuzz: cos(t) went into t's buffer while t[::-1] (or a reversed vector
+    # reshaped, which NumPy views) was still to be read, fused and unfused
+    x = np.random.default_rng(0).standard_normal((4, 4))
+    make = {"sum_keep": lambda x: (lambda h: h + np.sum(h, axis=1, keepdims=True))(np.sin(x)),
+            "plain_mul": lambda x: np.sin(x) * 2.0}[maker]
+
+    def f(x):
+        t = make(x)
+        v = _VIEWS_OF_T[view](t)
+        return np.sum(np.sin(t[:v.shape[0], :v.shape[1]]) * v)
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        num[i] = (f(x + e) - f(x - e)) / 2e-6
+    for fuse in (True, False):
+        np.testing.assert_allclose(adjit.grad(f, backend=backend, fuse=fuse)(x), num, atol=1e-7)
+
+
+def test_hvp_through_a_reshaped_transpose_is_not_overwritten():
+    # a reshape of a transposed value, read again later, kept its buffer only in the
+    # schedule's memory accounting: hvp was off by 39, hessian asymmetric
+    def loss(y):
+        t0 = y.T.reshape(3, 4) - 0.5 * (y * y)
+        m = np.tanh(y + t0)
+        return np.sum(m @ y.T.reshape(3, 4).T @ m * np.arange(12.0).reshape(3, 4))
+    y, v = np.linspace(-1, 1, 12).reshape(3, 4), np.cos(np.arange(12.0)).reshape(3, 4)
+    g = adjit.grad(loss, backend="numpy", fuse=False)
+    want = (g(y + 1e-6 * v) - g(y - 1e-6 * v)) / 2e-6
+    for backend in ("numpy", "numba"):
+        np.testing.assert_allclose(adjit.hvp(loss, backend=backend)(y, v), want, rtol=1e-6,
+                                   atol=1e-6)
