@@ -893,9 +893,11 @@ def _make_hvp(fn, argnums, static, compile_options):
     return c
 
 
-def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
-    """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient and
-    central differences, in float64 (the seeds' formula). With has_aux, fn returns (loss,
+def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
+              backend="numpy"):
+    """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient on
+    `backend` and central differences of the NumPy backend's program, in float64 (the seeds'
+    formula); CuPy arguments are copied to the host first. With has_aux, fn returns (loss,
     aux) as for grad. Central differences carry a noise of about |f| 1e-16 / eps: an entry
     of the gradient far smaller than that (a weight that barely moves the loss) reads as a
     large relative error although it is right; compare such gradients another way.
@@ -905,14 +907,14 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
     True
     """
     def f64(x):
-        a = np.asarray(x)
+        a = _host(x)
         return a.astype(np.float64) if a.dtype.kind == "f" else a
     static = _static(static_argnums, fn)
     args = [a if i in static else
             pytree.unflatten(pytree.flatten(a)[1], [f64(x) for x in pytree.flatten(a)[0]])
             for i, a in enumerate(args)]
     nums, _ = _norm_argnums(argnums, len(args), static)
-    gs = grad(fn, tuple(nums), has_aux=has_aux, static_argnums=static, backend="numpy")(*args)
+    gs = grad(fn, tuple(nums), has_aux=has_aux, static_argnums=static, backend=backend)(*args)
     if has_aux:
         gs = gs[0]
     f = compile(fn, backend="numpy", static_argnums=static)
@@ -939,7 +941,7 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
                     out = f(*call)
                     vals.append(float(np.asarray(pytree.flatten(out)[0][0])))
                 num[k] = (vals[0] - vals[1]) / (hi - lo)
-            gx = np.asarray(gx, dtype=np.float64).reshape(-1)
+            gx = _host(gx).astype(np.float64).reshape(-1)
             with np.errstate(invalid="ignore"):
                 err = np.abs(gx - num) / np.maximum(np.maximum(np.abs(gx), np.abs(num)), 1e-8)
             # a nan on one side only is an infinite error (max() would skip it); equal
@@ -948,6 +950,11 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=()):
             err = np.where(np.isnan(err), np.inf, err)
             worst = max(worst, float(err.max()) if err.size else 0.0)
     return worst
+
+
+def _host(x):
+    """A NumPy array of x (a CuPy array's copy on the host)."""
+    return np.asarray(x.get() if hasattr(x, "__cuda_array_interface__") else x)
 
 
 def leaf_shape(x):

@@ -1188,7 +1188,16 @@ def _from_nested(obj, orig):
     if isinstance(obj, (list, tuple)) and _holds_tracer(obj):
         if not obj:
             return orig(obj)
-        return F.stack([_from_nested(v, orig) for v in obj], axis=0)
+        items = [_from_nested(v, orig) for v in obj]
+        shapes = [tuple(F._shape_of(v)) for v in items]
+        if len(set(shapes)) > 1:
+            shown = ", ".join(str(sh) for sh in shapes[:6]) + (", ..." if len(shapes) > 6
+                                                                else "")
+            raise ShapeError(f"a list whose entries have different shapes ({shown}) made into "
+                             f"an array{_at(user_where())}: NumPy refuses such a ragged list "
+                             "too (inhomogeneous shape). Broadcast the entries first "
+                             "(np.broadcast_to) or keep them apart")
+        return F.stack(items, axis=0)
     return orig(obj)
 
 

@@ -88,6 +88,11 @@ USER = textwrap.dedent("""
     for k in p:
         assert np.allclose(s_gpu[0][k].get(), s_ref[0][k], atol=1e-5), k
 
+    # gradcheck of the device gradient, with device arguments (copied to the host)
+    pf = lambda w, X: np.sum(np.tanh(X @ w) ** 2)
+    w64 = cupy.asarray(rng.normal(size=8))
+    assert adjit.gradcheck(pf, w64, cupy.asarray(X.astype(np.float64)), backend="cupy") < 1e-6
+
     # peak memory from the pool, with NumPy arguments too (the program copies them in)
     f = adjit.grad(loss, backend="cupy")
     with_numpy = adjit.measure_peak_memory(f, p, X, y)

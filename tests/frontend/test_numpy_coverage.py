@@ -162,7 +162,7 @@ REFUSED = {
     "np.where with one argument": (lambda w: np.sum(w[np.where(w > 0)]), r"np\.where\(cond"),
     "put with mode=clip": (lambda w: np.put(w, [9], 1.0, mode="clip") or np.sum(w),
                            r"put with mode='clip'"),
-    "bitwise on integers": (lambda w: np.sum(w * ((w > 0).astype(int) & 1)), r"bitwise &"),
+    "bitwise on floats": (lambda w: np.sum(w & 1), r"bitwise_and of float64"),
     "unequal split": (lambda w: np.sum(np.split(w, 3)[0]), r"split.*array_split"),
     "matrix 3-norm": (lambda w: np.linalg.norm(w.reshape(2, 2), 3), r"norm.*ord=3"),
     "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="mean")), r"np\.pad.*'mean'"),

@@ -319,3 +319,8 @@ def test_hvp_through_a_reshaped_transpose_is_not_overwritten():
     for backend in ("numpy", "numba"):
         np.testing.assert_allclose(adjit.hvp(loss, backend=backend)(y, v), want, rtol=1e-6,
                                    atol=1e-6)
+
+
+def test_a_ragged_list_names_the_shapes_not_concatenate():
+    with pytest.raises(adjit.ShapeError, match=r"different shapes \(\(\), \(3, 3\), \(\)\)"):
+        adjit.compile(lambda x: np.sum([1.0, x, 3.0]), backend="numpy")(np.ones((3, 3)))
