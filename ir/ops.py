@@ -1062,6 +1062,39 @@ def _slice_rewrite(emit, attrs, args):
 
 
 OPS["slice"].rewrite = _slice_rewrite
+
+
+def _reshape_of_slice(emit, attrs, args):
+    # x[i:i+1].reshape(()) is x[i]: the VJP of np.array([a, b, ...]) of scalars unstacks its
+    # cotangent into one indexing per element instead of a slice and a reshape
+    (x,) = args
+    if x["op"] != "slice":
+        return None
+    index = x["attrs"]["index"]
+    if any(k is None or k is Ellipsis for k in index):
+        return None
+    src = emit.new[x["args"][0]]["shape"]
+    unit, out_axis = [], 0
+    for k, d in zip(index, src):
+        if isinstance(k, slice):
+            if len(range(*k.indices(d))) == 1:
+                unit.append(out_axis)
+            out_axis += 1
+    shape = tuple(x["shape"])
+    kept = tuple(d for i, d in enumerate(shape) if i not in unit)
+    if not unit or tuple(attrs["shape"]) != kept:
+        return None
+    new, out_axis = [], 0
+    for k, d in zip(index, src):
+        if isinstance(k, slice):
+            new.append(range(*k.indices(d))[0] if out_axis in unit else k)
+            out_axis += 1
+        else:
+            new.append(k)
+    return emit("slice", [x["args"][0]], {"index": tuple(new) + tuple(index[len(new):])})
+
+
+OPS["reshape"].rewrite = _reshape_of_slice
 # ops whose VJP gives the positions they drop a cotangent of exactly 0: where's other
 # branch, a gather's or a slice's unread elements (x[i] = v overwrites through concatenate +
 # gather), the non-maximal elements of a max

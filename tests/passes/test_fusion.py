@@ -227,3 +227,14 @@ def test_max_inputs_bounds_the_arrays_a_group_reads():
     assert len(groups(fused(f, *args)[1])) < len(groups(fg))      # unbounded: fewer groups
     for backend in ("numba", "numpy"):
         np.testing.assert_allclose(adjit.compile(f, backend=backend)(*args), f(*args))
+
+
+def test_unstacking_a_list_of_scalars_indexes_once_per_element():
+    # np.array([...]) of n scalars: its VJP's slice + reshape per element becomes x[i]
+    def f(x):
+        return np.sum(np.array([np.sin(x[i]) * i for i in range(4)]) ** 2)
+    x = np.linspace(0.0, 1.0, 4)
+    g = adjit.grad(f, backend="numpy").lower(x).graph
+    ops = [g[n]["op"] for n in g.nodes()]
+    assert ops.count("reshape") == 8     # stacking forward, gathering x's pieces: not unstacking
+    assert adjit.gradcheck(f, x) < 1e-8
