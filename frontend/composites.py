@@ -736,9 +736,7 @@ def modf(x):
 
 def copysign(x, y):
     dt = F.result_dtype(x, y, 1.0)       # Python numbers weak: copysign(2.0, x32) is float32
-    neg_y = signbit(y if F._dtype_of(y).kind == "f" else F.cast(y, dt))
-    ax = F.abs(F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt))
-    return F.where(neg_y, F.neg(ax), ax)
+    return F._elementwise("copysign", [_as_dtype(x, dt), _as_dtype(y, dt)])
 
 
 def hypot(x, y):

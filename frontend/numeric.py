@@ -495,9 +495,7 @@ def _multiply_chain(arrays, split, i, j):
 # -- small NumPy functions written with the others ------------------------------------------------
 def trunc(x):
     """Round towards zero (np.trunc, np.fix): floor above zero, ceil below."""
-    if F._dtype_of(x).kind in "biu":
-        return x
-    return F.where(F.lt(x, 0), F.ceil(x), F.floor(x))
+    return F._rounding("trunc", x)
 
 
 def fix(x, out=None):

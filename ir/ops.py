@@ -948,6 +948,18 @@ unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.f
       "np.floor({0})", "floor({0})", differentiable=False)
 unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",
       "np.ceil({0})", "ceil({0})", differentiable=False)
+unary("trunc", np.trunc, lambda g, out, x: [None], lambda t, out, x: None, "np.trunc({0})",
+      "np.trunc({0})", "trunc({0})", differentiable=False, doc="round towards zero")
+# copysign(x, y) = |x| with y's sign bit: derivative +-1 in x (the signs of x and y agree or
+# not), none in y
+def _copysign_dx(x, y):
+    one = _COMPOSITES.copysign
+    return F.mul(one(1.0, x), one(1.0, y))
+
+
+binary("copysign", np.copysign, lambda g, out, x, y: [F.mul(g, _copysign_dx(x, y)), None],
+       lambda t, out, x, y: None if t[0] is None else F.mul(t[0], _copysign_dx(x, y)),
+       "np.copysign({0}, {1})", "math.copysign({0}, {1})", "copysign({0}, {1})")
 unary("round", np.rint, lambda g, out, x: [None], lambda t, out, x: None, "np.rint({0})",
       "np.rint({0})", "rint({0})", differentiable=False, doc="round half to even, as np.round")
 _register(OpDef(

@@ -190,6 +190,8 @@ TABLE = {
     "floor": _u(lambda x: np.floor(x * 3.0) * x, "any", (VEC, MAT)),
     "ceil": _u(lambda x: np.ceil(x * 3.0) * x, "any", (VEC, MAT)),
     "round": _u(lambda x: np.round(x * 3.0) * x, "any", (VEC, MAT)),
+    "trunc": _u(lambda x: np.trunc(x * 3.0) * x, "any", (VEC, MAT)),
+    "copysign": _b(lambda x, y: np.copysign(x, y) * y, "away0", "away0"),
     "argmax": {"fn": lambda x: x * np.argmax(x, axis=-1)[..., None],
                "inputs": [[(MAT, "any")], [((2, 3, 4), "any")]]},
     "matmul": {"fn": lambda x, y: x @ y,
