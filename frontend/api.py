@@ -433,10 +433,12 @@ def _scalar_loss_check(g, fn, has_aux):
                         + (" as the first item of (loss, aux)" if has_aux else ""))
     d = g[g.outputs[0]]
     if d["shape"] != ():
-        raise GradError(
+        err = GradError(
             f"grad needs a scalar output, but {name} returned shape {d['shape']}"
             f"{_returned_at(g)}; reduce it (.sum() or .mean()), or use adjit.vjp / "
             "adjit.jacobian for non-scalar outputs")
+        err.array_output = True      # hessian then nests two jacobians, as jax.hessian
+        raise err
     if d["dtype"].kind not in "fc":
         raise GradError(f"grad needs a floating-point output, but {name} returned "
                         f"{d['dtype']}{_returned_at(g)}; compute the loss in floats (an "
@@ -844,7 +846,19 @@ def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_option
     def make(static):
         inner = _make_jacobian(_make_grad(fn, argnums, has_aux, static, {}), argnums, has_aux,
                                static, {})
-        return Compiled(fn, inner._traced, static_argnums=static,
+        nested = _make_jacobian(_make_jacobian(fn, argnums, has_aux, static, {}), argnums,
+                                has_aux, static, {})
+
+        @functools.wraps(fn)
+        def traced(*args):
+            try:
+                return inner._traced(*args)
+            except GradError as e:
+                if not getattr(e, "array_output", False):
+                    raise
+            # an array output: the Hessian of each element, shape out.shape + x.shape * 2
+            return nested._traced(*args)
+        return Compiled(fn, traced, static_argnums=static,
                         name=f"hessian_{_fn_name(fn)}", **compile_options)
     return _transformation(hessian, fn, argnums, static_argnums, compile_options, make,
                            has_aux=has_aux)

@@ -194,7 +194,9 @@ def choose(a, choices, out=None, mode="raise"):
     r = F.broadcast_to(F.cast(choices[0], dt), shape)
     for k in range(1, n):
         r = F.where(F.eq(a, k), F.cast(choices[k], dt), r)
-    return F.broadcast_to(r, shape)
+    r = F.broadcast_to(r, shape)
+    # a new array, as NumPy's: not choices[0] itself (np.choose(0, [h]))
+    return r.copy_() if isinstance(r, Tracer) and any(r is c for c in choices) else r
 
 
 def ldexp(x, i):

@@ -345,7 +345,8 @@ def swap_last(x):
 
 def swapaxes(x, a, b):
     perm = list(range(len(_shape_of(x))))
-    a, b = _norm_axes((a, b), len(perm), "swapaxes")
+    a, = _norm_axes((a,), len(perm), "swapaxes")
+    b, = _norm_axes((b,), len(perm), "swapaxes")     # a == b: x itself (a view), as NumPy
     perm[a], perm[b] = perm[b], perm[a]
     return transpose(x, perm)
 

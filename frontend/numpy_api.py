@@ -1139,13 +1139,37 @@ def _method_out(name, fn):
     return method
 
 
+class _FlatIter:
+    """x.flat as NumPy's flatiter: x.flat[k] = v writes into x, and reading x.flat[k] gives
+    a copy (NumPy's flatiter indexing copies, even x.flat[:])."""
+
+    def __init__(self, view):
+        self._view = view
+
+    def __getitem__(self, key):
+        r = self._view[key]
+        return r.copy_() if isinstance(r, Tracer) else r
+
+    def __setitem__(self, key, value):
+        self._view[key] = value
+
+    def __len__(self):
+        return self._view.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def copy(self):
+        return self._view.copy_()
+
+
 def _flat(s):
-    """x.flat as the flattened view (reading and writing x.flat[i] work as in NumPy)."""
+    """x.flat: writes x.flat[i] = v go to x, reads are copies, as in NumPy."""
     r = _reshape(s, -1)
     if r is not s and r.base is None:
         raise UnsupportedError(f"x.flat of a non-contiguous view{_at(user_where())}; use "
                                "x.reshape(-1) on a copy, or index x directly")
-    return r
+    return _FlatIter(r)
 
 
 def _python_op(fn, x, y):

@@ -324,3 +324,39 @@ def test_hvp_through_a_reshaped_transpose_is_not_overwritten():
 def test_a_ragged_list_names_the_shapes_not_concatenate():
     with pytest.raises(adjit.ShapeError, match=r"different shapes \(\(\), \(3, 3\), \(\)\)"):
         adjit.compile(lambda x: np.sum([1.0, x, 3.0]), backend="numpy")(np.ones((3, 3)))
+
+
+def test_reading_x_flat_copies_and_writing_it_reaches_x():
+    def f(x):
+        h = np.sin(x) * 1.0
+        c, d = h.flat[:], h.flat[1:3]        # NumPy's flatiter indexing copies
+        h += 1.0
+        h.flat[0] = 7.0
+        return c, d, h, h.flat[3], np.sum(list(h.flat))
+    x = np.zeros((2, 2))
+    for got, want in zip(adjit.compile(f, backend="numpy")(x), f(x.copy())):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_choose_of_one_choice_copies_and_swapaxes_of_one_axis_is_x():
+    def f(x):
+        h = x * 1.0
+        c = np.choose(0, [h])
+        h += 1.0
+        return c, np.swapaxes(h, 1, 1), h.swapaxes(-1, 1)
+    x = np.arange(6.0).reshape(2, 3)
+    for got, want in zip(adjit.compile(f, backend="numpy")(x), f(x.copy())):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_hessian_of_an_array_output_is_one_hessian_per_element():
+    g = lambda x: np.sin(x) * np.array([1.0, 2.0, 3.0]) * np.sum(x ** 2)  # noqa: E731
+    x = np.linspace(0.2, 1.0, 3)
+    h = adjit.hessian(g, backend="numpy")(x)
+    assert h.shape == (3, 3, 3)
+    np.testing.assert_allclose(h, adjit.jacobian(adjit.jacobian(g), backend="numpy")(x))
+    eps, e = 1e-5, np.eye(3)
+    jac = adjit.jacobian(g, backend="numpy")
+    num = np.stack([(jac(x + eps * e[k]) - jac(x - eps * e[k])) / (2 * eps) for k in range(3)],
+                   axis=-1)
+    np.testing.assert_allclose(h, num, rtol=1e-6, atol=1e-8)
