@@ -38,6 +38,11 @@ WIDE_PASSENGER_SHARE = 1    # where that leaves fewer than two cut points, as mu
 MAX_PASSENGERS = 16
 
 
+# "sqrt" is applied only when it lowers the static peak by at least this fraction: its
+# recomputation costs about one more forward pass
+_WORTH = 0.05
+
+
 def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
                          donate_argnums=(), in_place_ok=None) -> Graph:
     """Return a copy of g whose backward half recomputes forward segments.
@@ -71,13 +76,19 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
         # checkpointing pays recomputation for memory: check that it buys some
         full = _exact(a, [], schedule=True)
         got = plan(out, out.meta.get("order"), a.scratch, **a.donate)
-        if got.peak_bytes >= full.peak_bytes and \
-                got.peak_working_bytes >= full.peak_working_bytes:
-            # recomputation that buys no memory: adjit's own choice ("sqrt") is dropped, an
-            # explicit number of segments or a budget is done as asked
+        saves = full.peak_bytes - got.peak_bytes
+        if (got.peak_bytes >= full.peak_bytes and
+                got.peak_working_bytes >= full.peak_working_bytes) or \
+                saves < _WORTH * full.peak_bytes:
+            # recomputation that buys no memory, or next to none (a recurrence whose input
+            # projections every step reads leaves few cut points): adjit's own choice
+            # ("sqrt") is dropped, an explicit number of segments or a budget is done as asked
             applied = segments != "sqrt"
-            note = (f"{len(chosen) + 1} segments {'do' if applied else 'would'} not lower the "
-                    f"static peak ({_size(got.peak_bytes)} against {_size(full.peak_bytes)} "
+            how = "not lower the static peak" if saves <= 0 else \
+                (f"lower the static peak by only {_size(saves)} "
+                 f"({100 * saves / full.peak_bytes:.1f}%)")
+            note = (f"{len(chosen) + 1} segments {'do' if applied else 'would'} {how} "
+                    f"({_size(got.peak_bytes)} against {_size(full.peak_bytes)} "
                     "without checkpointing): the results, or the values kept across the "
                     "checkpoints, outweigh the activations recomputed"
                     + ("" if applied else ", so the graph is unchanged"))

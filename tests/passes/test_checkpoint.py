@@ -198,7 +198,7 @@ def _joint(fn, *args):
 def test_pass_returns_a_new_graph_and_leaves_its_input_alone():
     g = _joint(tanh_mlp, mlp_params(9, 8), data(4, 8))
     before, meta = str(g), dict(g.meta)
-    out = schedule_checkpoints(g, segments="sqrt")
+    out = schedule_checkpoints(g, segments=3)
     assert str(g) == before and g.meta.keys() == meta.keys()
     assert out is not g and len(out) > len(g)
     verify(out, "checkpoint")
@@ -277,7 +277,7 @@ def test_an_auxiliary_output_does_not_hide_the_candidates():
         return np.mean(h * h), first
     p, x = mlp_params(9, 8), data(4, 8)
     ref = adjit.value_and_grad(with_aux, has_aux=True, backend="numpy")(p, x)
-    c = adjit.value_and_grad(with_aux, has_aux=True, backend="numpy", checkpoint="sqrt")
+    c = adjit.value_and_grad(with_aux, has_aux=True, backend="numpy", checkpoint=3)
     plan = c.lower(p, x).graph.meta["checkpoint_plan"]
     assert plan["candidates"] >= 8 and plan["segments"] == 3
     assert_identical(ref, c(p, x))
