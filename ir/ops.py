@@ -94,6 +94,8 @@ class OpDef:
     selects: bool = False
     blows_up: bool = False
     guard: bool = False
+    # integers only (the bitwise operations; the frontend refuses floats, as NumPy does)
+    integer_only: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -562,6 +564,8 @@ for _name, _fn, _sym in [("bitand", np.bitwise_and, "&"), ("bitor", np.bitwise_o
            differentiable=False)
 unary("invert", np.invert, lambda g, out, x: [None], lambda t, out, x: None,
       "~{0}", "(~{0})", "(~{0})", differentiable=False)
+for _name in ("bitand", "bitor", "bitxor", "lshift", "rshift", "invert"):
+    OPS[_name].integer_only = True
 
 _register(OpDef(
     "where", 3, "elementwise", where_shape, where_dtype, _where,

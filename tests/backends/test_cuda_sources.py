@@ -131,14 +131,15 @@ def test_fused_adam_update_is_one_kernel_per_parameter():
 
 # -- with nvcc ---------------------------------------------------------------------------------
 def _op_kernels():
-    """A kernel for every fusable op in float32 and float64 (integers come from the op table
+    """A kernel for every fusable op in float32 and float64 (int32 and int64 for the bitwise
+    ones; other integers come from the op table
     traced with integer inputs), casts between every pair of dtypes, and each reduction alone
     and with a prologue, straight from the registry."""
     progs = []
     for name, od in OPS.items():
         if od.fusion not in ("map", "broadcast") or od.arity is None or name == "cast":
             continue
-        for dt in ["float32", "float64"]:
+        for dt in ["int32", "int64"] if od.integer_only else ["float32", "float64"]:
             dts = [np.dtype(bool) if (name == "where" and k == 0) else np.dtype(dt)
                    for k in range(od.arity)]
             attrs = {"shape": (2, 3)} if name == "broadcast_to" else \
