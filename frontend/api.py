@@ -51,19 +51,25 @@ def _leaf_key(x):
 def _static_key(v):
     from .trace import refuse_generator
     refuse_generator(v, "a static argument")
+    key = _typed(v)
     try:
-        hash(v)
+        hash(key)
     except TypeError:
-        raise TypeError(f"static argument {v!r} must be hashable (a number, string or tuple) "
-                        "so compiled programs can be cached by its value") from None
-    return ("static", _typed(v))
+        raise TypeError(f"static argument {v!r} must be hashable (a number, string or tuple, "
+                        "or a dict or list of them) so compiled programs can be cached by its "
+                        "value") from None
+    return ("static", key)
 
 
 def _typed(v):
     """v with the type of every item beside it: 1, 1.0 and True are equal (and hash alike) but
-    trace different programs, also inside tuples."""
-    if isinstance(v, tuple):
+    trace different programs, also inside tuples; a dict or list of such values (a layer's
+    {'stride': 1, 'pad': 1}) is keyed by its items, so it may be static too."""
+    if isinstance(v, (tuple, list)):
         return (type(v), tuple(_typed(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple(sorted(((repr(k), _typed(x)) for k, x in v.items()),
+                                   key=lambda kv: kv[0])))
     return (type(v), v)
 
 

@@ -437,6 +437,14 @@ class Tracer:
 
     def _concrete(self, what):
         w = user_where()
+        if not _stack():
+            # no trace runs: the value escaped one (model.params = params inside the loss)
+            raise TraceError(
+                f"{what}: an array traced inside a function was used after that function's "
+                f"trace ended{_at(w)}; a traced value escaped (stored in an object attribute, "
+                "a global or a container: after adjit.grad, the model's attributes set inside "
+                "the loss still hold traced values). Return the values you need from the "
+                "traced function (has_aux=True for a gradient) and set them outside.")
         from .functions import _is_weak
         if _is_weak(self) and self.dtype.kind in "biu" and not self._from_float_input():
             d = self.ctx.graph[self.id]
@@ -497,6 +505,12 @@ class Tracer:
     def __getattr__(self, name):
         # only reached for attributes a Tracer lacks: NumPy's array methods adjit does not
         # implement (x.searchsorted, x.put, x.resize, ...) are named, with the user's line
+        if name == "__array_interface__" and \
+                "stride_tricks" in sys._getframe(1).f_code.co_filename:   # as_strided
+            raise UnsupportedError(
+                f"as_strided (or another use of the raw memory layout) on a traced array"
+                f"{_at(user_where())}: adjit has no strided views of its own making; use "
+                "np.lib.stride_tricks.sliding_window_view, or im2col by fancy indexing")
         if name.startswith("_") or not hasattr(np.ndarray, name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         raise AttributeError(f"the array method x.{name} is not supported by adjit on traced "

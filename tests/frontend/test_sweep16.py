@@ -360,3 +360,48 @@ def test_hessian_of_an_array_output_is_one_hessian_per_element():
     num = np.stack([(jac(x + eps * e[k]) - jac(x - eps * e[k])) / (2 * eps) for k in range(3)],
                    axis=-1)
     np.testing.assert_allclose(h, num, rtol=1e-6, atol=1e-8)
+
+
+def test_a_dict_of_numbers_may_be_static_configuration():
+    # cs231n's layers take conv_param = {'stride': 1, 'pad': 1}
+    def conv1d(x, w, conv_param):
+        stride, pad = conv_param["stride"], conv_param["pad"]
+        n = int((x.shape[0] + 2 * pad - w.shape[0]) / stride + 1)
+        xp = np.pad(x, pad)
+        return np.stack([np.sum(xp[i * stride:i * stride + w.shape[0]] * w) for i in range(n)])
+    f = adjit.compile(conv1d, static_argnums=2, backend="numpy")
+    x, w = np.arange(6.0), np.ones(3)
+    for p in ({"stride": 1, "pad": 1}, {"stride": 2, "pad": 1}, {"pad": 1, "stride": 2}):
+        np.testing.assert_array_equal(f(x, w, p), conv1d(x, w, p))
+    assert len(f._cache) == 2
+    with pytest.raises(TypeError, match="must be hashable"):
+        f(x, w, {"stride": 1, "pad": np.ones(2)})
+
+
+def test_as_strided_and_escaped_tracers_are_named():
+    from numpy.lib.stride_tricks import as_strided
+    with pytest.raises(adjit.UnsupportedError, match="as_strided.*sliding_window_view"):
+        adjit.compile(lambda x: as_strided(x, (2, 2), (8, 8)).sum(), backend="numpy")(np.ones(4))
+
+    class Net:
+        params = {"W": np.ones((3, 2))}
+
+        def loss(self, x):
+            return np.sum(x.dot(self.params["W"]) ** 2)
+    net, x = Net(), np.ones((4, 3))
+
+    def f(p, x):
+        net.params = p          # cs231n style: the model keeps the traced parameters
+        return net.loss(x)
+    adjit.grad(f, backend="numpy")({"W": np.ones((3, 2))}, x)
+    with pytest.raises(adjit.TraceError, match="after that function's trace ended"):
+        np.ones((4, 3)).dot(net.params["W"])
+
+
+def test_relu_spellings_at_zero_are_as_readme_says():
+    x = np.array([0.0, 1.0, -1.0])
+    for f, at0 in ((lambda x: np.maximum(0, x), 0.5), (lambda x: np.clip(x, 0, None), 0.5),
+                   (adjit.relu, 0.0), (lambda x: x * (x > 0), 0.0),
+                   (lambda x: np.where(x > 0, x, 0), 0.0)):
+        g = adjit.grad(lambda x: np.sum(f(x)), backend="numpy")(x)
+        np.testing.assert_array_equal(g, [at0, 1.0, 0.0])
