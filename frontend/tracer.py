@@ -480,8 +480,10 @@ class Tracer:
         elif what.startswith(("float", "int")):
             advice = ("math.exp, math.sqrt, float(), int() and np.float64() need a number: use "
                       "the NumPy function (np.exp, np.sqrt, ...) on the array instead, or make "
-                      "the argument static (static_argnums=...) if it is a configuration value.")
-        elif what.startswith("formatting"):
+                      "the argument static (static_argnums=...) if it is a configuration value. "
+                      "To print or log a value (the loss of a training step), return it "
+                      "(has_aux=True for a gradient) and convert it outside.")
+        elif what.startswith((".item", "formatting")):
             advice = ("The numbers exist only when the compiled function runs: return the value "
                       "(has_aux=True for a gradient) and format it outside.")
         elif what.startswith(("an index", "using")):
