@@ -430,10 +430,12 @@ def _scalar_loss_check(g, fn, has_aux):
         raise GradError(f"grad needs a scalar output, but {name} returned None; return the "
                         "loss")
     elif g.meta["out_tree"][0] != "leaf":
-        raise GradError(
+        err = GradError(
             f"grad needs a scalar output, but {name} returned a "
             f"{g.meta['out_tree'][0]} of {len(g.outputs)} arrays; return the loss alone, or "
             "return (loss, aux) and pass has_aux=True")
+        err.array_output = True      # hessian nests two jacobians (a pytree of Hessians)
+        raise err
     if not g.outputs or (has_aux and pytree.num_leaves(g.meta["out_tree"][2][0]) != 1):
         raise GradError(f"{name} must return one scalar loss"
                         + (" as the first item of (loss, aux)" if has_aux else ""))
@@ -713,6 +715,14 @@ def jvp(fn, primals, tangents, **compile_options):
             trees = tuple(g.meta["in_trees"])
             t_leaves = pytree.flatten_like(tuple(tangents), ("tuple", len(trees), trees),
                                            "jvp tangents (they need the structure of primals)")
+            for k in sorted(set(range(len(t_leaves))) - set(pos)):
+                if np.dtype(leaf_dtype(t_leaves[k])).kind in "fc":
+                    d = g[g.inputs[k]]
+                    raise GradError(
+                        f"jvp: the primal {d['name']} has dtype {d['dtype']}, which carries no "
+                        "derivative, but its tangent is a float: pass the primal as a float "
+                        "(3.0, np.arange(4.0), x.astype(float)), or an integer tangent "
+                        "(np.zeros_like(labels)) for data such as labels, as in JAX")
             ts = [_lift_like(t_leaves[k], g[g.inputs[k]],
                              f"jvp: the tangent for {g[g.inputs[k]]['name']}") for k in pos]
             tg = derive_tangent(g, pos)
@@ -970,6 +980,14 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
             err = np.where(np.isnan(err), np.inf, err)
             worst = max(worst, float(err.max()) if err.size else 0.0)
     return worst
+
+
+def leaf_dtype(x):
+    """The dtype of a leaf: a traced value's, an array's, a Python number's (float64 for a
+    float, int64 for an int)."""
+    if isinstance(x, Tracer):
+        return x.dtype
+    return getattr(x, "dtype", None) or np.asarray(x).dtype
 
 
 def _host(x):

@@ -513,6 +513,11 @@ class Tracer:
                 f"as_strided (or another use of the raw memory layout) on a traced array"
                 f"{_at(user_where())}: adjit has no strided views of its own making; use "
                 "np.lib.stride_tricks.sliding_window_view, or im2col by fancy indexing")
+        if name == "at":
+            raise AttributeError(
+                f"x.at[...] is JAX's functional update, not NumPy's{_at(user_where())}: write "
+                "y = x.copy(); y[i] = v (or y[i] += v, np.add.at(y, i, v)); adjit traces "
+                "assignment as a functional update")
         if name.startswith("_") or not hasattr(np.ndarray, name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         raise AttributeError(f"the array method x.{name} is not supported by adjit on traced "

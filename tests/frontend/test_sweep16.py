@@ -405,3 +405,27 @@ def test_relu_spellings_at_zero_are_as_readme_says():
                    (lambda x: np.where(x > 0, x, 0), 0.0)):
         g = adjit.grad(lambda x: np.sum(f(x)), backend="numpy")(x)
         np.testing.assert_array_equal(g, [at0, 1.0, 0.0])
+
+
+def test_jvp_refuses_a_float_tangent_for_an_integer_primal():
+    with pytest.raises(adjit.GradError, match="primal a has dtype int64.*as a float"):
+        adjit.jvp(lambda a: a * a, (3,), (1.0,), backend="numpy")
+    # an integer tangent for data (labels) is accepted and carries nothing
+    _, t = adjit.jvp(lambda w, y: np.sum(w * y), (np.ones(2), np.arange(2)),
+                     (np.ones(2), np.zeros(2, int)), backend="numpy")
+    assert t == 1.0
+
+
+def test_hessian_of_a_pytree_output_nests_like_jacobian_of_jacobian():
+    f = lambda x, y: {"a": np.sin(x) * y[0, 0], "b": (np.sum(x * y[:, :1]), y @ y * x[0])}  # noqa
+    x, y = np.linspace(0.1, 0.4, 4), np.full((2, 2), 0.5)
+    h = adjit.hessian(f, argnums=(0, 1), backend="numpy")(x, y)
+    j = adjit.jacobian(adjit.jacobian(f, argnums=(0, 1)), argnums=(0, 1), backend="numpy")(x, y)
+    assert h["a"][1][0].shape == (4, 2, 2, 4)
+    for a, b in zip(adjit.frontend.pytree.flatten(h)[0], adjit.frontend.pytree.flatten(j)[0]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_jax_at_updates_point_to_numpy_assignment():
+    with pytest.raises(AttributeError, match=r"y = x.copy\(\); y\[i\] = v"):
+        adjit.compile(lambda x: x.at[1].set(0.0), backend="numpy")(np.ones(3))
