@@ -715,14 +715,6 @@ def jvp(fn, primals, tangents, **compile_options):
             trees = tuple(g.meta["in_trees"])
             t_leaves = pytree.flatten_like(tuple(tangents), ("tuple", len(trees), trees),
                                            "jvp tangents (they need the structure of primals)")
-            for k in sorted(set(range(len(t_leaves))) - set(pos)):
-                if np.dtype(leaf_dtype(t_leaves[k])).kind in "fc":
-                    d = g[g.inputs[k]]
-                    raise GradError(
-                        f"jvp: the primal {d['name']} has dtype {d['dtype']}, which carries no "
-                        "derivative, but its tangent is a float: pass the primal as a float "
-                        "(3.0, np.arange(4.0), x.astype(float)), or an integer tangent "
-                        "(np.zeros_like(labels)) for data such as labels, as in JAX")
             ts = [_lift_like(t_leaves[k], g[g.inputs[k]],
                              f"jvp: the tangent for {g[g.inputs[k]]['name']}") for k in pos]
             tg = derive_tangent(g, pos)
@@ -732,7 +724,25 @@ def jvp(fn, primals, tangents, **compile_options):
             return pytree.unflatten(tree, outs[:n]), pytree.unflatten(tree, outs[n:])
         return Compiled(traced, name=f"jvp_{_fn_name(fn)}", **compile_options)
 
+    _check_integer_tangents(primals, tangents)
     return _cached("jvp", fn, make, compile_options)(tuple(primals), tuple(tangents))
+
+
+def _check_integer_tangents(primals, tangents):
+    """A nonzero float tangent for an integer primal (jvp(f, (3,), (1.0,))) would be dropped
+    silently (integers carry no derivative): refused, as JAX does; zeros (data) pass."""
+    p_leaves = pytree.flatten(tuple(primals))[0]
+    t_leaves = pytree.flatten(tuple(tangents))[0]
+    for k, (p, t) in enumerate(zip(p_leaves, t_leaves)):
+        if isinstance(p, Tracer) or isinstance(t, Tracer):
+            continue
+        if np.dtype(leaf_dtype(p)).kind in "biu" and np.dtype(leaf_dtype(t)).kind in "fc" \
+                and np.any(_host(t) != 0):
+            raise GradError(
+                f"jvp: primal {k} has dtype {np.dtype(leaf_dtype(p))}, which carries no "
+                "derivative, but its tangent is a nonzero float: pass the primal as a float "
+                "(3.0, np.arange(4.0), x.astype(float)); data such as labels take a zero "
+                "tangent (np.zeros_like(labels))")
 
 
 def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):

@@ -95,6 +95,12 @@ class Buffer(np.ndarray):
         tv = traced_value(self)
         return float(tv) if tv is not None else np.ndarray.__float__(self)
 
+    @property
+    def flat(self):
+        """x.flat reading this array's current values, traced ones too (NumPy's flatiter
+        would read the memory behind adjit's back)."""
+        return _BufferFlat(self)
+
     # -- writing ---------------------------------------------------------------------------
     def fill(self, value):
         """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x)))."""
@@ -172,7 +178,34 @@ class Buffer(np.ndarray):
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
             return super().__array_function__(func, types, args, kwargs)
         plain = _plain_tree(args)
-        return _made_here(func(*plain, **_plain_tree(kwargs)), plain)
+        r = func(*plain, **_plain_tree(kwargs))
+        views = views_of_buffers(r, (args, kwargs))
+        return views if views is not None else _made_here(r, plain)
+
+
+class _BufferFlat:
+    """A Buffer's x.flat: reads copy the current values, writes reach the Buffer."""
+
+    def __init__(self, b):
+        self._b = b
+
+    def __getitem__(self, key):
+        r = self._b.reshape(-1)[key]
+        if isinstance(r, Tracer):
+            return r.copy_()
+        return r.copy() if isinstance(r, np.ndarray) else r
+
+    def __setitem__(self, key, value):
+        self._b.reshape(-1)[key] = value
+
+    def __len__(self):
+        return int(self._b.size)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(resolve(self._b), dtype=dtype).reshape(-1)
 
 
 # attributes that never need the traced value (and that NumPy reads internally)
@@ -191,6 +224,35 @@ def _make_op(name):
         return getattr(tv, name)(*[resolve(a) for a in args])
     op.__name__ = name
     return op
+
+
+def views_of_buffers(r, inputs):
+    """r with each plain array in it that views a Buffer among inputs (np.broadcast_to(b, ...),
+    np.asarray(b, dtype=...), np.einsum('ii->i', b) take plain views of its memory) remade as
+    a Buffer view of that Buffer's owner, so that it reads the traced values written later,
+    as NumPy's view would; None when r holds no such view."""
+    owners = {id(o): o for o in (_owner(x) for x in _leaves(inputs) if isinstance(x, Buffer))}
+    if not owners:
+        return None
+
+    def rebase(a):
+        if type(a) is not np.ndarray or not a.size:
+            return a
+        for o in owners.values():
+            mem = np.ndarray.view(o, np.ndarray)    # a Buffer would dispatch these calls
+            if np.may_share_memory(a, mem) and np.shares_memory(a, mem):
+                offset = a.__array_interface__["data"][0] - o.__array_interface__["data"][0]
+                v = np.ndarray.__new__(Buffer, a.shape, a.dtype, buffer=o, offset=offset,
+                                       strides=a.strides)
+                if not a.flags.writeable:
+                    v.flags.writeable = False
+                return v
+        return a
+    if isinstance(r, (tuple, list)):
+        out = type(r)(rebase(a) for a in r)
+        return out if any(x is not y for x, y in zip(out, r)) else None
+    out = rebase(r)
+    return out if out is not r else None
 
 
 def _made_here(r, inputs):
@@ -338,8 +400,25 @@ def _promote(owner):
                                "(or .copy() it) first")
     shadow = _lifted(owner).copy_()
     np.ndarray.__setattr__(owner, "_shadow", shadow)
+    ctx.promoted.append(owner)
     if owner.dtype.kind in "fc":
         owner.view(np.ndarray)[...] = np.nan  # any read behind adjit's back shows NaN
+
+
+def refuse_stale_view(value, ctx):
+    """A plain NumPy array sharing memory with a promoted Buffer is a view NumPy took behind
+    adjit's back, before the traced write: its numbers are stale (NaN)."""
+    value = np.ndarray.view(value, np.ndarray)
+    for owner in ctx.promoted:
+        mem = np.ndarray.view(owner, np.ndarray)    # a Buffer would dispatch these calls
+        if np.may_share_memory(value, mem) and np.shares_memory(value, mem):
+            raise UnsupportedError(
+                f"an array read here is a view of an array that later received traced "
+                f"values{_at(user_where())}, taken before that write with a function adjit "
+                "does not follow for views (np.broadcast_to, np.asarray(x, dtype=...), "
+                "sliding_window_view, np.einsum, x.flat, ...): it would hold the old numbers. "
+                "Take the view after the write, or with indexing and reshapes (c[:1], c.T, "
+                "c.reshape(...)), which adjit follows")
 
 
 def _positions(view, owner):

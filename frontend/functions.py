@@ -71,6 +71,9 @@ def lift(x, dtype, ctx=None):
         # NumPy 2: int8_array + 300 raises rather than wrapping
         raise OverflowError(f"Python integer {x} out of bounds for {dtype}"
                             f"{_at(user_where())}")
+    if with_ctx.promoted and isinstance(x, np.ndarray) and x.size:
+        from .buffer import refuse_stale_view
+        refuse_stale_view(x, with_ctx)
     # a copy: NumPy arrays the function writes into later keep the value they had here
     value = np.array(x, dtype=dtype)
     if value.dtype.kind == "c":

@@ -1239,6 +1239,9 @@ def _accepting(orig):
             return obj   # the same array, as np.asarray(ndarray): writes reach it
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
+            views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None
+            if views is not None:
+                return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
             if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind in "biuf"
                     and B._from_user()):
                 return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values

@@ -88,6 +88,9 @@ class TraceContext:
         # weakly typed, as the Python numbers they stand for would (a float32 array stays
         # float32 when combined with them)
         self.weak = set()
+        # Buffers that received traced values (frontend/buffer.py): their memory is NaN, so a
+        # NumPy view of one taken before (np.broadcast_to(c, ...)) must not become a constant
+        self.promoted = []
 
     def capture(self, t: "Tracer") -> "Tracer":
         """An input of this graph standing for `t`, a tracer of an enclosing (still active)
