@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -241,7 +242,10 @@ def views_of_buffers(r, inputs):
         for o in owners.values():
             mem = np.ndarray.view(o, np.ndarray)    # a Buffer would dispatch these calls
             if np.may_share_memory(a, mem) and np.shares_memory(a, mem):
-                offset = a.__array_interface__["data"][0] - o.__array_interface__["data"][0]
+                with warnings.catch_warnings():    # broadcast_arrays' views warn on export
+                    warnings.simplefilter("ignore", FutureWarning)
+                    offset = a.__array_interface__["data"][0] - \
+                        mem.__array_interface__["data"][0]
                 v = np.ndarray.__new__(Buffer, a.shape, a.dtype, buffer=o, offset=offset,
                                        strides=a.strides)
                 if not a.flags.writeable:
