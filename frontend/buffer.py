@@ -246,9 +246,10 @@ def views_of_buffers(r, inputs):
                     warnings.simplefilter("ignore", FutureWarning)
                     offset = a.__array_interface__["data"][0] - \
                         mem.__array_interface__["data"][0]
+                    writeable = a.flags.writeable
                 v = np.ndarray.__new__(Buffer, a.shape, a.dtype, buffer=o, offset=offset,
                                        strides=a.strides)
-                if not a.flags.writeable:
+                if not writeable:
                     v.flags.writeable = False
                 return v
         return a
