@@ -468,7 +468,9 @@ class Tracer:
                 "only hold numbers. adjit follows float arrays created inside the function "
                 "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms); "
                 "create the array there (an integer or boolean array cannot hold traced "
-                "values: make it float), or collect the values in a list and np.stack them.")
+                "values: make it float), or collect the values in a list and np.stack them. "
+                "A copy of an array from outside made by a method (X.copy(), X.astype(float), "
+                "X * 1.0) is a plain NumPy array: copy it with np.array(X) or np.copy(X).")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.exp([a, b]) needs "
