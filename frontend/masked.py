@@ -25,6 +25,7 @@ class Selection:
 
     def __init__(self, mask, full):
         self.mask, self.full = mask, full
+        self.made_at = user_where()      # for a use far from the user's code (returning it)
 
     @staticmethod
     def of(x, mask):
@@ -32,9 +33,10 @@ class Selection:
         m = F.reshape(mask, mask.shape + (1,) * (x.ndim - mask.ndim))
         return Selection(mask, F.where(m, x, F.stop_gradient(x)))
 
-    def _refuse(self, what="this use of x[mask]"):
+    def _refuse(self, what="this use of x[mask]", where=None):
         raise UnsupportedError(
-            f"{what} with a traced boolean mask{_at(user_where())}: x[mask] has a length that "
+            f"{what} with a traced boolean mask{_at(where or user_where())}: x[mask] has a "
+            "length that "
             "depends on the data. adjit supports x[mask] = v, x[mask] op= v and "
             "x[mask] = f(x[mask]) for elementwise f; otherwise use adjit.where(mask, x, 0) "
             "(np.sum(np.where(mask, x, 0)) for a masked sum)")
@@ -64,6 +66,9 @@ class Selection:
         self._refuse(f"np.{func.__name__} of x[mask]")
 
     def __getattr__(self, name):
+        if name.startswith("__array"):      # NumPy converting it: returned, or passed on
+            self._refuse("x[mask] used as an array (returned, or passed to NumPy)",
+                         self.made_at)
         self._refuse(f"x[mask].{name}")
 
     def __len__(self):

@@ -459,3 +459,11 @@ def test_a_view_taken_before_a_traced_write_sees_the_write(name):
     x = np.random.default_rng(0).normal(size=(4, 4))
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x.copy()), rtol=1e-12)
     assert adjit.gradcheck(f, x) < 1e-6
+
+
+def test_returning_a_masked_selection_names_the_functions_line():
+    def f(x):
+        y = x[x > 0]
+        return y * 2
+    with pytest.raises(adjit.UnsupportedError, match=r"x\[mask\] used as an array.*return y \* 2"):
+        adjit.compile(f, backend="numpy")(np.array([1.0, -2.0, 3.0]))
