@@ -59,11 +59,19 @@ class Buffer(np.ndarray):
         tv = traced_value(self)
         if tv is None:
             return np.ndarray.__getattribute__(self, name)
+        if name in _VIEW_ATTRS and _owner(self) is not self:
+            # a view of a view taken before the first traced write (v = c[:]; v.T[0] = 7):
+            # NumPy's view, a Buffer view of the owner, so writes into it reach the owner
+            return _view_or_value(self, name, tv)
         return getattr(tv, name)
 
     def __getitem__(self, key):
         tv = traced_value(self)
         if tv is not None:
+            if _owner(self) is not self and _basic(key):
+                # a view of a view taken before the first traced write (rest = hs[1:], then
+                # rest[t]): a Buffer view of the owner too, so writes into it reach the owner
+                return np.ndarray.__getitem__(self, key)
             return tv[key]
         if _holds_traced(key):
             return _lifted(self)[key]
@@ -166,6 +174,13 @@ class Buffer(np.ndarray):
             target[...] = value
             return None
         if _holds_traced((args, kwargs)):
+            out = kwargs.get("out")
+            if isinstance(out, Buffer):
+                # np.clip(v, lo, hi, out=v) into a Buffer (or a view of one): computed, then
+                # stored into it, so the write reaches the array it views
+                rest = {k: v for k, v in kwargs.items() if k != "out"}
+                out[...] = func(*_resolve_tree(args), **_resolve_tree(rest))
+                return out
             if _holds_promoted((args, kwargs)):
                 return func(*_resolve_tree(args), **_resolve_tree(kwargs))
             if any(issubclass(t, Tracer) for t in types):
@@ -321,6 +336,33 @@ Buffer.__hash__ = None
 
 
 # -- the traced value of a Buffer ----------------------------------------------------------------
+_VIEW_ATTRS = frozenset(("T", "mT", "transpose", "swapaxes", "reshape", "squeeze", "ravel"))
+
+
+def _view_or_value(b, name, tv):
+    """b.T (or b.reshape(...)) of a Buffer view b: NumPy's view where it is one (it shares
+    b's memory), else the traced value's."""
+    def pick(r, args, kwargs):
+        if isinstance(r, np.ndarray) and np.may_share_memory(np.ndarray.view(r, np.ndarray),
+                                                             np.ndarray.view(b, np.ndarray)):
+            return r
+        attr = getattr(tv, name)
+        return attr(*args, **kwargs) if args is not None else attr
+    if name in ("T", "mT"):
+        return pick(np.ndarray.__getattribute__(b, name), None, None)
+
+    def method(*args, **kwargs):
+        return pick(getattr(np.ndarray, name)(b, *args, **kwargs), args, kwargs)
+    return method
+
+
+def _basic(key) -> bool:
+    """Is key basic indexing (ints, slices, None, ...), which NumPy answers with a view?"""
+    keys = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))
+               and not isinstance(k, (bool, np.bool_)) for k in keys)
+
+
 def _owner(b):
     base = np.ndarray.__getattribute__(b, "base")
     return base if isinstance(base, Buffer) else b

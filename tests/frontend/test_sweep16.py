@@ -467,3 +467,44 @@ def test_returning_a_masked_selection_names_the_functions_line():
         return y * 2
     with pytest.raises(adjit.UnsupportedError, match=r"x\[mask\] used as an array.*return y \* 2"):
         adjit.compile(f, backend="numpy")(np.array([1.0, -2.0, 3.0]))
+
+
+def test_writes_through_views_of_early_views_reach_the_array():
+    # views taken before the array's first traced write, then viewed again: the writes were
+    # lost (rows of an RNN's history stayed 0; np.clip(v, ..., out=v) did nothing)
+    def rows(x):
+        hs = np.zeros((3, 3))
+        first, rest = hs[0], hs[1:]
+        first[:] = x
+        for t in range(2):
+            row = rest[t]
+            row[:] = np.tanh(x) * (t + 1)
+        return hs
+
+    def clipped(x):
+        c = np.eye(3)
+        v = c[:]
+        v += x
+        np.clip(v, -0.7, 0.7, out=v)
+        return c
+
+    def transposed(x):
+        t0 = np.zeros((3, 3))
+        t1 = t0[:]
+        t1 += x
+        t1.T[0] = 7.0
+        t1.reshape(9)[0] = -1.0
+        r = t1.ravel()
+        r[1] = -2.0
+        t1[1:][0] = 5.0
+        return t0, r
+    x = np.array([0.1, 0.2, 0.3])
+    for f in (rows, clipped, transposed):
+        for backend in ("numpy", "numba"):
+            got, want = adjit.compile(f, backend=backend)(x), f(x)
+            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+            for a, b in zip(got, want):
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+    g = adjit.grad(lambda x: np.sum(rows(x) ** 2), backend="numpy")(x)
+    np.testing.assert_allclose(g, 2 * x + 2 * (1 + 4) * np.tanh(x) / np.cosh(x) ** 2,
+                               rtol=1e-12)
