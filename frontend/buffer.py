@@ -192,7 +192,12 @@ class Buffer(np.ndarray):
             return func(*lifted[0], **lifted[1])
         from .numpy_api import _VIEWS
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
-            return super().__array_function__(func, types, args, kwargs)
+            r = super().__array_function__(func, types, args, kwargs)
+            if type(r) is np.ndarray and not any(
+                    np.may_share_memory(r, np.ndarray.view(x, np.ndarray))
+                    for x in _leaves((args, kwargs)) if isinstance(x, np.ndarray)):
+                return _made_here(r, _plain_tree(args))   # np.diag of a vector: a new array
+            return r
         plain = _plain_tree(args)
         r = func(*plain, **_plain_tree(kwargs))
         views = views_of_buffers(r, (args, kwargs))
@@ -492,7 +497,7 @@ def _view_value(view, owner):
 # -- the constructors that make Buffers while a trace is active ---------------------------------
 _MAKERS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
            "full_like", "eye", "identity", "arange", "linspace", "logspace", "geomspace",
-           "copy")
+           "copy", "tri", "fromfunction", "meshgrid")
 
 
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
@@ -509,9 +514,14 @@ def making_buffers(orig):
         if orig.__name__ in ("full", "full_like") and len(args) > 1 and _holds_traced(args[1]):
             return _traced_full(orig.__name__, *args, **kwargs)
         r = orig(*args, **kwargs)
-        if (type(r) is np.ndarray and r.dtype.kind in "biuf" and current() is not None
-                and _from_user()):
+        if current() is None or not _from_user():
+            return r
+        if type(r) is np.ndarray and r.dtype.kind in "biuf":
             return Buffer(r)
+        if isinstance(r, (list, tuple)) and all(type(a) is np.ndarray and a.dtype.kind in "biuf"
+                                                 for a in r):
+            # np.meshgrid's copies (a grid filled in a loop); its copy=False views stay plain
+            return type(r)(Buffer(a) if a.flags.owndata else a for a in r)
         return r
     maker.__name__ = orig.__name__
     maker.__doc__ = orig.__doc__

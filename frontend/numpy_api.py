@@ -1242,8 +1242,9 @@ def _accepting(orig):
             views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None
             if views is not None:
                 return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
-            if (orig.__name__ == "array" and type(r) is np.ndarray and r.dtype.kind in "biuf"
-                    and B._from_user()):
+            made = orig.__name__ == "array" or (isinstance(obj, (list, tuple)) and
+                                                orig.__name__ in ("asarray", "asanyarray"))
+            if made and type(r) is np.ndarray and r.dtype.kind in "biuf" and B._from_user():
                 return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values
             return r
         dtype = kwargs.get("dtype", args[0] if args else None)

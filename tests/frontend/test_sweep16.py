@@ -508,3 +508,18 @@ def test_writes_through_views_of_early_views_reach_the_array():
     g = adjit.grad(lambda x: np.sum(rows(x) ** 2), backend="numpy")(x)
     np.testing.assert_allclose(g, 2 * x + 2 * (1 + 4) * np.tanh(x) / np.cosh(x) ** 2,
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.diag(np.ones(3)), lambda: np.tri(3),
+    lambda: np.meshgrid(np.arange(3.0), np.arange(3.0))[0],
+    lambda: np.fromfunction(lambda i, j: i + j, (3, 3)),
+    lambda: np.asarray([[0.0] * 3] * 3)])
+def test_more_constructors_make_arrays_that_take_traced_values(make):
+    def f(x):
+        a = make()
+        a[1] = x
+        a += x
+        return a
+    x = np.array([0.1, 0.2, 0.3])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x))
