@@ -38,8 +38,9 @@ WIDE_PASSENGER_SHARE = 1    # where that leaves fewer than two cut points, as mu
 MAX_PASSENGERS = 16
 
 
-# "sqrt" is applied only when it lowers the static peak by at least this fraction: its
-# recomputation costs about one more forward pass
+# "sqrt" is applied only when it lowers the static peak, or the peak of working memory (the
+# peak less the results, such as gradients, already computed), by at least this fraction:
+# its recomputation costs about one more forward pass
 _WORTH = 0.05
 
 
@@ -77,9 +78,9 @@ def schedule_checkpoints(g: Graph, segments=None, budget=None, scratch=None,
         full = _exact(a, [], schedule=True)
         got = plan(out, out.meta.get("order"), a.scratch, **a.donate)
         saves = full.peak_bytes - got.peak_bytes
-        if (got.peak_bytes >= full.peak_bytes and
-                got.peak_working_bytes >= full.peak_working_bytes) or \
-                saves < _WORTH * full.peak_bytes:
+        saves_working = full.peak_working_bytes - got.peak_working_bytes
+        if saves < _WORTH * full.peak_bytes and \
+                saves_working < _WORTH * full.peak_working_bytes:
             # recomputation that buys no memory, or next to none (a recurrence whose input
             # projections every step reads leaves few cut points): adjit's own choice
             # ("sqrt") is dropped, an explicit number of segments or a budget is done as asked
