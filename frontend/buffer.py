@@ -124,6 +124,15 @@ class Buffer(np.ndarray):
         if owner is self:
             owner._shadow[key] = resolve(value)
             return
+        k = resolve(key)
+        if isinstance(k, Tracer) and k.dtype == np.bool_ and k.shape == self.shape:
+            # v[v > 0.5] = c on a view: the mask selects, as x[mask] = c does on the owner
+            from .functions import where
+            from .masked import Selection, same_mask
+            if isinstance(value, Selection) and not same_mask(value.mask, k):
+                value._refuse("assigning x[mask2] into v[mask]")
+            new = value.full if isinstance(value, Selection) else resolve(value)
+            value, key = where(k, new, traced_value(self)), Ellipsis
         from .functions import index_target
         owner._shadow.assign_at(*index_target(owner._shadow, key, resolve(value),
                                               grid=_positions(self, owner)))

@@ -523,3 +523,16 @@ def test_more_constructors_make_arrays_that_take_traced_values(make):
         return a
     x = np.array([0.1, 0.2, 0.3])
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x))
+
+
+def test_a_traced_mask_assignment_into_a_view_reaches_the_array():
+    x = np.array([[0.1, 0.9, 0.3], [0.6, 0.2, 0.8], [0.4, 0.7, 0.5]])
+
+    def f(x):
+        c0 = np.zeros((3, 3))
+        v = c0[:, ::-1]
+        v[1] = x[0]
+        v[v > 0.05] = 0.25 * v[v > 0.05]
+        return c0
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x))
+    assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
