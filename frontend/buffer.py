@@ -527,8 +527,8 @@ def making_buffers(orig):
             return r
         if type(r) is np.ndarray and r.dtype.kind in "biuf":
             return Buffer(r)
-        if isinstance(r, (list, tuple)) and all(type(a) is np.ndarray and a.dtype.kind in "biuf"
-                                                 for a in r):
+        if isinstance(r, (list, tuple)) and all(
+                type(a) is np.ndarray and a.dtype.kind in "biuf" for a in r):
             # np.meshgrid's copies (a grid filled in a loop); its copy=False views stay plain
             return type(r)(Buffer(a) if a.flags.owndata else a for a in r)
         return r

@@ -135,7 +135,6 @@ def moveaxis(x, source, destination):
     return F.transpose(x, order)
 
 
-
 def rollaxis(x, axis, start=0):
     """np.rollaxis: axis moved to sit before position start (NumPy's older moveaxis)."""
     nd = _nd(x)
@@ -225,6 +224,7 @@ def resize(x, new_shape):
         return F.zeros(shape, F._dtype_of(x))
     reps = -(-size // n)
     return F.reshape(_slice(F.tile(flat, reps) if reps > 1 else flat, 0, 0, size), shape)
+
 
 def roll(x, shift, axis=None):
     if axis is None:

@@ -169,17 +169,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     array([0.  , 0.25, 0.  , 0.75])
     """
     where = _at(user_where())
-    if out is not None or weights is not None or interpolation is not None:
-        raise UnsupportedError(f"np.{_name} with out=, weights= or interpolation={where}; "
-                               "use method=")
-    if isinstance(q, Tracer):
-        raise UnsupportedError(f"np.{_name} with a traced q{where}; q must be a constant "
-                               "(a number, list or NumPy array)")
-    if method not in _METHODS:
-        raise UnsupportedError(f"np.{_name} with method={method!r}{where}; supported: "
-                               f"{', '.join(_METHODS)} (the default is 'linear')")
-    weak_q = type(q) in (int, float)   # a Python number keeps the array's float dtype
-    qa = np.true_divide(q, _scale) if _scale != 1 else np.asanyarray(q)
+    weak_q, qa = _quantile_args(q, out, weights, interpolation, method, _name, _scale, where)
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
         raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
                          f"[0, {_scale}]{where}")
@@ -188,7 +178,8 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
     # the reduced axes, merged, become axis 0, as in NumPy's implementation
     keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep), (_count(shape, axes),) + tuple(shape[i] for i in keep))
+    arr = F.reshape(F.transpose(a, list(axes) + keep),
+                    (_count(shape, axes),) + tuple(shape[i] for i in keep))
     n = _shape_of(arr)[0]
     vfun, fix_gamma = _METHODS[method]
     virtual = np.asanyarray(vfun(n, qa))
@@ -205,6 +196,22 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
         vals = F.reshape(vals, qa.shape + tuple(1 if i in axes else d
                                                 for i, d in enumerate(shape)))
     return vals
+
+
+def _quantile_args(q, out, weights, interpolation, method, name, scale, where):
+    """The checks np.quantile and np.nanquantile share: (q is a Python number, q / scale)."""
+    if out is not None or weights is not None or interpolation is not None:
+        raise UnsupportedError(f"np.{name} with out=, weights= or interpolation={where}; "
+                               "use method=")
+    if isinstance(q, Tracer):
+        raise UnsupportedError(f"np.{name} with a traced q{where}; q must be a constant "
+                               "(a number, list or NumPy array)")
+    if method not in _METHODS:
+        raise UnsupportedError(f"np.{name} with method={method!r}{where}; supported: "
+                               f"{', '.join(_METHODS)} (the default is 'linear')")
+    # a Python number keeps the array's float dtype
+    return type(q) in (int, float), (np.true_divide(q, scale) if scale != 1
+                                     else np.asanyarray(q))
 
 
 def _interpolate(srt, virtual, n, fix_gamma, weak_q):
@@ -260,17 +267,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     if _dtype_of(a).kind != "f" or not isinstance(a, Tracer):   # no NaN to skip
         return quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
                         interpolation=interpolation, _name=plain, _scale=_scale)
-    if out is not None or weights is not None or interpolation is not None:
-        raise UnsupportedError(f"np.{_name} with out=, weights= or interpolation={where}; "
-                               "use method=")
-    if isinstance(q, Tracer):
-        raise UnsupportedError(f"np.{_name} with a traced q{where}; q must be a constant "
-                               "(a number, list or NumPy array)")
-    if method not in _METHODS:
-        raise UnsupportedError(f"np.{_name} with method={method!r}{where}; supported: "
-                               f"{', '.join(_METHODS)} (the default is 'linear')")
-    weak_q = type(q) in (int, float)
-    qa = np.true_divide(q, _scale) if _scale != 1 else np.asanyarray(q)
+    weak_q, qa = _quantile_args(q, out, weights, interpolation, method, _name, _scale, where)
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 1:
         raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
                          f"[0, {_scale}]{where}")
@@ -310,7 +307,8 @@ def _nan_sorted(a, axis, qshape, keepdims):
     nd = len(shape)
     axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
     keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep), (_count(shape, axes),) + tuple(shape[i] for i in keep))
+    arr = F.reshape(F.transpose(a, list(axes) + keep),
+                    (_count(shape, axes),) + tuple(shape[i] for i in keep))
     rest = tuple(_shape_of(arr)[1:])
     full = tuple(qshape) + rest
     srt = C.sort(arr, 0)

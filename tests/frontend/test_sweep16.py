@@ -169,11 +169,11 @@ def test_functions_autograd_tests_use_match_numpy(name):
 
 def test_choose_with_traced_indices_needs_clip_or_wrap():
     a, lab = _X3[0, :2], np.array([0, 1, 1, 0])
-    got = adjit.compile(lambda a, l: np.choose(l, [a[0], a[1]], mode="clip"),
+    got = adjit.compile(lambda a, k: np.choose(k, [a[0], a[1]], mode="clip"),
                         backend="numpy")(a, lab)
     np.testing.assert_array_equal(got, np.choose(lab, [a[0], a[1]]))
     with pytest.raises(adjit.UnsupportedError, match="mode='clip'"):
-        adjit.compile(lambda a, l: np.choose(l, [a[0], a[1]]), backend="numpy")(a, lab)
+        adjit.compile(lambda a, k: np.choose(k, [a[0], a[1]]), backend="numpy")(a, lab)
 
 
 def test_a_write_into_rollaxis_reaches_the_array():
@@ -276,7 +276,8 @@ def test_a_boolean_mask_squared_is_int8_as_numpys_operator():
 
 
 _VIEWS_OF_T = {
-    "[::-1]": lambda t: t[::-1], "flip0": lambda t: np.flip(t, 0), "[:, ::-1]": lambda t: t[:, ::-1],
+    "[::-1]": lambda t: t[::-1], "flip0": lambda t: np.flip(t, 0),
+    "[:, ::-1]": lambda t: t[:, ::-1],
     ".T": lambda t: t.T, "rot90": lambda t: np.rot90(t),
     "ravel reversed reshaped": lambda t: t.ravel()[::-1].reshape(4, 4),
     "rows reshaped": lambda t: t[::2].reshape(2, 2, 2).reshape(2, 4),
