@@ -937,7 +937,8 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
               backend="numpy"):
     """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient on
     `backend` and central differences of the NumPy backend's program, in float64 (the seeds'
-    formula); CuPy arguments are copied to the host first. With has_aux, fn returns (loss,
+    formula); CuPy arguments are copied to the host first. It checks the derivative of what
+    adjit computes: compare the value with fn run eagerly to check the forward too. With has_aux, fn returns (loss,
     aux) as for grad. Central differences carry a noise of about |f| 1e-16 / eps: an entry
     of the gradient far smaller than that (a weight that barely moves the loss) reads as a
     large relative error although it is right; compare such gradients another way.
