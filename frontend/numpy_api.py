@@ -407,6 +407,25 @@ def _interleaved(args):
     return spec, tuple(ops)
 
 
+def _require(a, dtype=None, requirements=None, *, like=None):
+    """np.require: a in dtype; the layout flags ('C', 'F', 'A', 'W', 'O', 'E') ask nothing of
+    a traced value but 'O' and 'E', a new array, as in NumPy."""
+    r = F.cast(a, dtype) if dtype is not None else a
+    req = {str(q).upper()[:1] for q in (requirements or ())}
+    if r is a and isinstance(r, Tracer) and req & {"O", "E"}:
+        r = r.copy_()
+    return r
+
+
+def _requiring(orig):
+    @functools.wraps(orig)
+    def require(a, dtype=None, requirements=None, *, like=None):
+        if _holds_tracer(a):
+            return _require(B.resolve(a), dtype, requirements)
+        return orig(a, dtype, requirements, like=like)
+    return require
+
+
 def _dot(a, b, out=None):
     _no_out("dot", out)
     na, nb = len(F._shape_of(a)), len(F._shape_of(b))
@@ -1411,6 +1430,8 @@ def constructors_accept_tracers():
             for name, column in (("r_", False), ("c_", True)):
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _Concatenator(_originals[name], column))
+            _originals["require"] = np.require    # no __array_function__ dispatch
+            np.require = _requiring(np.require)
             _originals["vectorize"] = np.vectorize.__call__
             np.vectorize.__call__ = _vectorize_call(np.vectorize.__call__)
             for name in _RANDOM:
@@ -1433,6 +1454,7 @@ def constructors_accept_tracers():
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
                 np.vectorize.__call__ = _originals.pop("vectorize")
+                np.require = _originals.pop("require")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:

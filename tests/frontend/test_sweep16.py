@@ -537,3 +537,13 @@ def test_a_traced_mask_assignment_into_a_view_reaches_the_array():
         return c0
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x))
     assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
+
+
+def test_np_require_of_traced_arrays():
+    x = np.arange(4.0)
+    got = adjit.compile(lambda x: np.require(x * 2, np.float32, ["C", "O"]), backend="numpy")(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, x * 2)
+    g = adjit.grad(lambda x: np.sum(np.require(x, requirements="F") ** 2), backend="numpy")(x)
+    np.testing.assert_array_equal(g, 2 * x)
+    np.testing.assert_array_equal(np.require(x, requirements="C"), x)   # restored after
