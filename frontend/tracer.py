@@ -29,6 +29,9 @@ _SCIPY = os.sep + "scipy" + os.sep
 
 _state = threading.local()
 # a source line that stores into an indexed array: `a[i] = ...`, `a[i] += ...`
+# collected writes whose result is at most this many contiguous runs of the old value and
+# the written ones are joined from slices (else one gather)
+_RUNS = 8
 _STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 
 
@@ -345,9 +348,20 @@ class Tracer:
         flat = kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0},
                                                          where)
         if n_kept != size or not np.array_equal(idx, np.arange(size)):
-            c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
-                                   {"value": idx, "dtype": idx.dtype}, None, where)
-            flat = self._node("gather", [flat, c], {"key": (("a", 0),)}, where)
+            starts = np.concatenate([[0], np.flatnonzero(np.diff(idx) != 1) + 1])
+            if len(starts) <= _RUNS:
+                # a few contiguous runs (hs[:t] *= c, a block of rows): slices joined, one
+                # copy, where a gather by an index array is several times slower
+                ends = np.append(starts[1:], size)
+                parts = [self._node("slice", [flat], {"index": (slice(int(idx[a]),
+                                                                      int(idx[a]) + int(b - a)),)},
+                                    where) for a, b in zip(starts, ends)]
+                flat = parts[0] if len(parts) == 1 else self._node(
+                    "concatenate", parts, {"axis": 0}, where)
+            else:
+                c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
+                                       {"value": idx, "dtype": idx.dtype}, None, where)
+                flat = self._node("gather", [flat, c], {"key": (("a", 0),)}, where)
         self._id = flat if self.shape == (size,) else self._node("reshape", [flat],
                                                                   {"shape": self.shape}, where)
 
