@@ -70,8 +70,11 @@ class Buffer(np.ndarray):
         if tv is not None:
             if _owner(self) is not self and _basic(key):
                 # a view of a view taken before the first traced write (rest = hs[1:], then
-                # rest[t]): a Buffer view of the owner too, so writes into it reach the owner
-                return np.ndarray.__getitem__(self, key)
+                # rest[t]): a Buffer view of the owner too, so writes into it reach the owner;
+                # an element (a scalar of the placeholder memory) is read from the value
+                r = np.ndarray.__getitem__(self, key)
+                if isinstance(r, Buffer) and r.ndim:
+                    return r
             return tv[key]
         if _holds_traced(key):
             return _lifted(self)[key]
@@ -108,7 +111,7 @@ class Buffer(np.ndarray):
     def flat(self):
         """x.flat reading this array's current values, traced ones too (NumPy's flatiter
         would read the memory behind adjit's back)."""
-        return _BufferFlat(self)
+        return FlatIter(lambda: self.reshape(-1), self.shape, self)
 
     # -- writing ---------------------------------------------------------------------------
     def fill(self, value):
@@ -164,6 +167,8 @@ class Buffer(np.ndarray):
                 return target
             return getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)
         plain = [x.view(np.ndarray) if isinstance(x, Buffer) else x for x in inputs]
+        if isinstance(kwargs.get("where"), Buffer):      # np.array([...]) made here
+            kwargs = dict(kwargs, where=kwargs["where"].view(np.ndarray))
         if out is not None:
             kwargs = dict(kwargs, out=tuple(o.view(np.ndarray) if isinstance(o, Buffer) else o
                                             for o in out))
@@ -213,29 +218,48 @@ class Buffer(np.ndarray):
         return views if views is not None else _made_here(r, plain)
 
 
-class _BufferFlat:
-    """A Buffer's x.flat: reads copy the current values, writes reach the Buffer."""
+class FlatIter:
+    """x.flat while tracing, as NumPy's flatiter: reading x.flat[k] copies the current value
+    (traced values too), x.flat[k] = v writes into x, and it iterates (with .coords and .index,
+    for np.ndenumerate). flat() gives x's current value flattened (a view of x)."""
 
-    def __init__(self, b):
-        self._b = b
+    def __init__(self, flat, shape, base):
+        self._flat, self._shape, self.base, self._pos = flat, tuple(shape), base, 0
 
     def __getitem__(self, key):
-        r = self._b.reshape(-1)[key]
+        r = self._flat()[key]
         if isinstance(r, Tracer):
             return r.copy_()
         return r.copy() if isinstance(r, np.ndarray) else r
 
     def __setitem__(self, key, value):
-        self._b.reshape(-1)[key] = value
+        self._flat()[key] = value
 
     def __len__(self):
-        return int(self._b.size)
+        return int(np.prod(self._shape, dtype=np.int64))
 
     def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        return self
 
-    def __array__(self, dtype=None, copy=None):
-        return np.asarray(resolve(self._b), dtype=dtype).reshape(-1)
+    def __next__(self):
+        if self._pos >= len(self):
+            raise StopIteration
+        self._pos += 1
+        return self[self._pos - 1]
+
+    @property
+    def coords(self):
+        if self._pos >= len(self):      # read once more at the end (np.ndenumerate)
+            return (0,) * len(self._shape)
+        return tuple(int(i) for i in np.unravel_index(self._pos, self._shape))
+
+    @property
+    def index(self):
+        return self._pos
+
+    def copy(self):
+        """The values, flattened (a new array)."""
+        return self[:]
 
 
 # attributes that never need the traced value (and that NumPy reads internally)

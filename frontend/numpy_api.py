@@ -417,6 +417,23 @@ def _require(a, dtype=None, requirements=None, *, like=None):
     return r
 
 
+def _nditer(orig):
+    """np.nditer(x) of an array made inside the function (or a traced one): its elements as
+    0-d values in NumPy's memory order, read when iterated (traced writes made meanwhile are
+    seen, as NumPy's iterator reads memory then); other uses go to NumPy."""
+    def nditer(op, *args, **kwargs):
+        if args or kwargs or not isinstance(op, (B.Buffer, Tracer)):
+            return orig(op, *args, **kwargs)
+        shape = tuple(op.shape)
+        plain = np.ndarray.view(op, np.ndarray) if isinstance(op, B.Buffer) else \
+            np.empty(shape, np.int8)
+        idx = np.empty_like(plain, dtype=np.intp)       # op's layout, C-order positions in it
+        idx[...] = np.arange(idx.size).reshape(shape)
+        order = [int(i) for i in orig(idx)]
+        return (op.reshape(-1)[i] for i in order)
+    return nditer
+
+
 def _requiring(orig):
     @functools.wraps(orig)
     def require(a, dtype=None, requirements=None, *, like=None):
@@ -1160,37 +1177,13 @@ def _method_out(name, fn):
     return method
 
 
-class _FlatIter:
-    """x.flat as NumPy's flatiter: x.flat[k] = v writes into x, and reading x.flat[k] gives
-    a copy (NumPy's flatiter indexing copies, even x.flat[:])."""
-
-    def __init__(self, view):
-        self._view = view
-
-    def __getitem__(self, key):
-        r = self._view[key]
-        return r.copy_() if isinstance(r, Tracer) else r
-
-    def __setitem__(self, key, value):
-        self._view[key] = value
-
-    def __len__(self):
-        return self._view.shape[0]
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    def copy(self):
-        return self._view.copy_()
-
-
 def _flat(s):
     """x.flat: writes x.flat[i] = v go to x, reads are copies, as in NumPy."""
     r = _reshape(s, -1)
     if r is not s and r.base is None:
         raise UnsupportedError(f"x.flat of a non-contiguous view{_at(user_where())}; use "
                                "x.reshape(-1) on a copy, or index x directly")
-    return _FlatIter(r)
+    return B.FlatIter(lambda: r, s.shape, s)
 
 
 def _python_op(fn, x, y):
@@ -1255,6 +1248,8 @@ def _forces_copy(copy) -> bool:
 def _accepting(orig):
     @functools.wraps(orig)
     def constructor(obj, *args, **kwargs):
+        if isinstance(obj, B.FlatIter):
+            obj = obj.copy()          # np.array(x.flat): x's values, flattened
         if (orig.__name__ in ("asarray", "asanyarray") and isinstance(obj, B.Buffer)
                 and not args and set(kwargs) <= {"order"}):
             return obj   # the same array, as np.asarray(ndarray): writes reach it
@@ -1432,6 +1427,8 @@ def constructors_accept_tracers():
                 setattr(np, name, _Concatenator(_originals[name], column))
             _originals["require"] = np.require    # no __array_function__ dispatch
             np.require = _requiring(np.require)
+            _originals["nditer"] = np.nditer
+            np.nditer = _nditer(np.nditer)
             _originals["vectorize"] = np.vectorize.__call__
             np.vectorize.__call__ = _vectorize_call(np.vectorize.__call__)
             for name in _RANDOM:
@@ -1455,6 +1452,7 @@ def constructors_accept_tracers():
                     setattr(np, name, _originals.pop(name))
                 np.vectorize.__call__ = _originals.pop("vectorize")
                 np.require = _originals.pop("require")
+                np.nditer = _originals.pop("nditer")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:

@@ -572,3 +572,45 @@ def test_a_block_write_into_a_stored_history_joins_slices_not_a_gather():
         e[i] = eps
         num[i] = (rnn(w + e, xs) - rnn(w - e, xs)) / (2 * eps)
     np.testing.assert_allclose(gw, num, rtol=1e-6, atol=1e-8)
+
+
+def _element_reads(x):
+    c = np.zeros(9).reshape(3, 3)           # a view of a made-inside vector
+    c[1] = x
+    return c[1, 1] * 1.0 + c.ravel()[4] + sum(c[:, 1]) + c.T[1, 2] + c[-1][-1]
+
+
+def _tail_loop(x):
+    c = np.zeros(4)
+    body = c[1:]                             # taken before the first traced write
+    s = 0.0
+    for i, v in enumerate(body):
+        c[i + 1] = c[i] + x[i]
+        s = s + v * x[i]
+    return s + np.sum(c)
+
+
+def _iterators(x):
+    c = np.arange(6.0).reshape(2, 3)
+    b, it = c.flat, np.nditer(c.T)
+    c[1] = x
+    total = sum(b) + sum(v * (i + 1) for i, v in enumerate(it))
+    return total + sum(v * i[1] for i, v in np.ndenumerate(c)) + np.array(c.flat)[4]
+
+
+def _where_out(x):
+    c = np.ones(3)
+    np.multiply(c, 2.0, out=c, where=np.array([True, False, True]))
+    return c * x
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("fn", [_element_reads, _tail_loop, _iterators, _where_out])
+def test_element_reads_and_iterators_of_made_inside_arrays(fn, backend):
+    # a regression of the view-of-view fix (element reads of views gave the placeholder NaN),
+    # and iterators that read the memory behind adjit's back
+    x = np.array([0.3, 0.9, 0.4])
+    np.testing.assert_allclose(adjit.compile(fn, backend=backend)(x), fn(x.copy()), rtol=1e-12)
+    g = adjit.grad(lambda x: np.sum(fn(x)), backend=backend)(x)
+    num = np.array([(np.sum(fn(x + e)) - np.sum(fn(x - e))) / 2e-6 for e in np.eye(3) * 1e-6])
+    np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)
