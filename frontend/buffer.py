@@ -290,8 +290,10 @@ def views_of_buffers(r, inputs):
         return None
 
     def rebase(a):
-        if type(a) is not np.ndarray or not a.size:
+        if not isinstance(a, np.ndarray) or not a.size or (
+                isinstance(a, Buffer) and id(_owner(a)) in owners):
             return a
+        a = np.ndarray.view(a, np.ndarray)   # a Buffer on foreign memory (as_strided's)
         for o in owners.values():
             mem = np.ndarray.view(o, np.ndarray)    # a Buffer would dispatch these calls
             if np.may_share_memory(a, mem) and np.shares_memory(a, mem):

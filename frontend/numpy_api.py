@@ -434,6 +434,17 @@ def _nditer(orig):
     return nditer
 
 
+def _as_strided(orig):
+    """as_strided of an array made inside the function: a view of it that sees later traced
+    writes (NumPy's would read the memory behind adjit's back)."""
+    @functools.wraps(orig)
+    def as_strided(x, *args, **kwargs):
+        r = orig(x, *args, **kwargs)
+        views = B.views_of_buffers(r, x) if isinstance(x, B.Buffer) else None
+        return views if views is not None else r
+    return as_strided
+
+
 def _requiring(orig):
     @functools.wraps(orig)
     def require(a, dtype=None, requirements=None, *, like=None):
@@ -1429,6 +1440,9 @@ def constructors_accept_tracers():
             np.require = _requiring(np.require)
             _originals["nditer"] = np.nditer
             np.nditer = _nditer(np.nditer)
+            st = np.lib.stride_tricks
+            _originals["as_strided"] = st.as_strided
+            st.as_strided = _as_strided(st.as_strided)
             _originals["vectorize"] = np.vectorize.__call__
             np.vectorize.__call__ = _vectorize_call(np.vectorize.__call__)
             for name in _RANDOM:
@@ -1453,6 +1467,7 @@ def constructors_accept_tracers():
                 np.vectorize.__call__ = _originals.pop("vectorize")
                 np.require = _originals.pop("require")
                 np.nditer = _originals.pop("nditer")
+                np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:
