@@ -293,7 +293,7 @@ def views_of_buffers(r, inputs):
         if not isinstance(a, np.ndarray) or not a.size or (
                 isinstance(a, Buffer) and id(_owner(a)) in owners):
             return a
-        a = np.ndarray.view(a, np.ndarray)   # a Buffer on foreign memory (as_strided's)
+        given, a = a, np.ndarray.view(a, np.ndarray)   # as_strided's: a Buffer on foreign memory
         for o in owners.values():
             mem = np.ndarray.view(o, np.ndarray)    # a Buffer would dispatch these calls
             if np.may_share_memory(a, mem) and np.shares_memory(a, mem):
@@ -307,7 +307,7 @@ def views_of_buffers(r, inputs):
                 if not writeable:
                     v.flags.writeable = False
                 return v
-        return a
+        return given
     if isinstance(r, (tuple, list)):
         out = type(r)(rebase(a) for a in r)
         return out if any(x is not y for x, y in zip(out, r)) else None
