@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -36,10 +37,21 @@ class Buffer(np.ndarray):
         value = np.asarray(value)
         b = np.ndarray.__new__(cls, value.shape, value.dtype)  # owns its memory
         np.copyto(b.view(np.ndarray), value)
+        ctx = current()
+        if ctx is not None:
+            ctx.buffers.append(weakref.ref(b))
         return b
 
     def __array_finalize__(self, obj):
         np.ndarray.__setattr__(self, "_shadow", None)
+        # a Buffer made on another's memory through a plain array (as_strided(c, ...) views
+        # its memory by address and converts back): a view of that Buffer
+        via = None
+        if obj is not None and current() is not None and \
+                not isinstance(np.ndarray.__getattribute__(self, "base"), Buffer):
+            # (NumPy's as_strided calls this again with the original Buffer as obj)
+            via = _memory_owner(np.ndarray.view(self, np.ndarray))
+        np.ndarray.__setattr__(self, "_via", via)
 
     def __reduce__(self):  # pickles as the plain array it stands for
         return np.asarray(resolve(self)).__reduce__()
@@ -405,7 +417,23 @@ def _basic(key) -> bool:
 
 def _owner(b):
     base = np.ndarray.__getattribute__(b, "base")
-    return base if isinstance(base, Buffer) else b
+    if isinstance(base, Buffer):
+        return _owner(base)     # NumPy's base is the owner, or a Buffer on foreign memory
+    via = np.ndarray.__getattribute__(b, "_via")
+    return via if via is not None else b
+
+
+def _memory_owner(plain):
+    """The Buffer of the active trace whose memory the plain array lies in, else None."""
+    ctx = current()
+    for ref in ctx.buffers if ctx is not None else ():
+        o = ref()
+        if o is None or not o.flags.owndata:
+            continue
+        mem = np.ndarray.view(o, np.ndarray)
+        if plain.size and np.may_share_memory(plain, mem) and np.shares_memory(plain, mem):
+            return o
+    return None
 
 
 def traced_value(b):

@@ -94,6 +94,7 @@ class TraceContext:
         # Buffers that received traced values (frontend/buffer.py): their memory is NaN, so a
         # NumPy view of one taken before (np.broadcast_to(c, ...)) must not become a constant
         self.promoted = []
+        self.buffers = []     # weak references to the Buffers made in this trace
 
     def capture(self, t: "Tracer") -> "Tracer":
         """An input of this graph standing for `t`, a tracer of an enclosing (still active)
