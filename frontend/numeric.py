@@ -659,17 +659,17 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
 def fmax(x, y):
     """np.fmax: the maximum, ignoring a NaN on one side (NaN only where both are)."""
-    return _nan_aware(F.maximum, x, y)
+    return _nan_aware("fmax", F.maximum, x, y)
 
 
 def fmin(x, y):
-    return _nan_aware(F.minimum, x, y)
+    return _nan_aware("fmin", F.minimum, x, y)
 
 
-def _nan_aware(op, x, y):
+def _nan_aware(name, op, x, y):
     if F.result_dtype(x, y).kind not in "fc":
         return op(x, y)
-    return F.where(C.isnan(y), x, F.where(C.isnan(x), y, op(x, y)))
+    return F._elementwise(name, [x, y])
 
 
 def digitize(x, bins, right=False):

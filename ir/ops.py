@@ -518,6 +518,23 @@ binary("minimum", np.minimum,
        lambda t, out, x, y: _sum_t([None if t[0] is None else F.mul(t[0], _where_ge(y, x)),
                                     None if t[1] is None else F.mul(t[1], _where_ge(x, y))]),
        "np.minimum({0}, {1})", "_rt_minimum({0}, {1})", "_rt_minimum({0}, {1})")
+def _fshare(x, y, ge):
+    """x's share of the cotangent of fmax (ge = _where_ge) or fmin: all of it where y is NaN,
+    none where only x is, else as maximum / minimum (ties split)."""
+    isnan = _COMPOSITES.isnan
+    return F.where(isnan(y), 1.0, F.where(isnan(x), 0.0, ge(x, y)))
+
+
+for _name, _fn, _ge in [("fmax", np.fmax, lambda x, y: _where_ge(x, y)),
+                        ("fmin", np.fmin, lambda x, y: _where_ge(y, x))]:
+    binary(_name, _fn,
+           lambda g, out, x, y, ge=_ge: [F.mul(g, _fshare(x, y, ge)), F.mul(g, _fshare(y, x, ge))],
+           lambda t, out, x, y, ge=_ge: _sum_t([
+               None if t[0] is None else F.mul(t[0], _fshare(x, y, ge)),
+               None if t[1] is None else F.mul(t[1], _fshare(y, x, ge))]),
+           f"np.{_name}({{0}}, {{1}})", f"np.{_name}({{0}}, {{1}})", f"{_name}({{0}}, {{1}})")
+
+
 def _atan2_parts(g, y, x):
     r2 = F.add(F.mul(x, x), F.mul(y, y))
     return [F.mul(g, F.div(x, r2)), F.neg(F.mul(g, F.div(y, r2)))]

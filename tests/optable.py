@@ -142,6 +142,8 @@ TABLE = {
     "eq": _b(lambda x, y: np.where(x == y, x, x * y)),
     "ne": _b(lambda x, y: np.where(x != y, x * y, y)),
     "signbit": _u(lambda x: np.where(np.signbit(x), x * x, x)),
+    "fmax": _b(lambda x, y: np.fmax(x, np.where(y > 1.0, np.nan, y)) * y),
+    "fmin": _b(lambda x, y: np.fmin(np.where(x > 1.0, np.nan, x), y) * x),
     # bitwise operations of integers made from the data: masks that select, no derivative
     "bitand": _b(lambda x, y: np.where((np.floor(x * 8).astype(np.int64)
                                         & np.floor(y * 8).astype(np.int64)) > 2, x, y)),
