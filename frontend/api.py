@@ -994,11 +994,11 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
 
 
 def leaf_dtype(x):
-    """The dtype of a leaf: a traced value's, an array's, a Python number's (float64 for a
-    float, int64 for an int)."""
-    if isinstance(x, Tracer):
-        return x.dtype
-    return getattr(x, "dtype", None) or np.asarray(x).dtype
+    """The dtype of a leaf: a CuPy array's without a copy, else as the frontend reads it (a
+    Python float's is float64)."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return np.dtype(x.dtype)
+    return F._dtype_of(x)
 
 
 def _host(x):

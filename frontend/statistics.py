@@ -133,6 +133,18 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
 
 
 # -- quantiles -----------------------------------------------------------------------------------
+def _axes_first(a, axis):
+    """(arr, a's shape, the reduced axes): the reduced axes of a merged into axis 0, the
+    others kept after it, as in NumPy's quantile implementation."""
+    shape = tuple(_shape_of(a))
+    nd = len(shape)
+    axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
+    keep = [i for i in range(nd) if i not in axes]
+    arr = F.reshape(F.transpose(a, list(axes) + keep),
+                    (_count(shape, axes),) + tuple(shape[i] for i in keep))
+    return arr, shape, axes
+
+
 def _count(shape, axes):
     """How many values the axes of shape hold (an explicit -1: other axes may be empty)."""
     return int(np.prod([shape[i] for i in axes], dtype=np.int64))
@@ -173,13 +185,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
         raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
                          f"[0, {_scale}]{where}")
-    shape = tuple(_shape_of(a))
-    nd = len(shape)
-    axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
-    # the reduced axes, merged, become axis 0, as in NumPy's implementation
-    keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep),
-                    (_count(shape, axes),) + tuple(shape[i] for i in keep))
+    arr, shape, axes = _axes_first(a, axis)
     n = _shape_of(arr)[0]
     vfun, fix_gamma = _METHODS[method]
     virtual = np.asanyarray(vfun(n, qa))
@@ -303,12 +309,7 @@ def _nan_sorted(a, axis, qshape, keepdims):
     the sorted values at traced indices i (clipped into the numbers) of shape qshape + rest;
     the array's dtype; and finish(vals), which gives slices without numbers NaN and applies
     keepdims."""
-    shape = tuple(_shape_of(a))
-    nd = len(shape)
-    axes = tuple(range(nd)) if axis is None else F._axes(a, axis)
-    keep = [i for i in range(nd) if i not in axes]
-    arr = F.reshape(F.transpose(a, list(axes) + keep),
-                    (_count(shape, axes),) + tuple(shape[i] for i in keep))
+    arr, shape, axes = _axes_first(a, axis)
     rest = tuple(_shape_of(arr)[1:])
     full = tuple(qshape) + rest
     srt = C.sort(arr, 0)
