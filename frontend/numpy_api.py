@@ -454,6 +454,71 @@ def _requiring(orig):
     return require
 
 
+def _apply_along_axis(func1d, axis, arr, *args, **kwargs):
+    """np.apply_along_axis of a traced array: func1d is called on each 1-d slice, as NumPy
+    does, and the results are stacked where the axis was (up to _VECTORIZE_MAX calls)."""
+    arr = B.resolve(arr)
+    shape = tuple(F._shape_of(arr))
+    where = _at(user_where())
+    if not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"np.apply_along_axis: axis {axis} is out of bounds for an array of "
+                         f"{len(shape)} dimensions{where}")
+    axis %= len(shape)
+    outer = shape[:axis] + shape[axis + 1:]
+    n = int(np.prod(outer, dtype=np.int64))
+    if n == 0:
+        raise ShapeError(f"np.apply_along_axis over an array of shape {shape}{where}: NumPy "
+                         "cannot apply it when an iteration dimension is 0")
+    if n > _VECTORIZE_MAX:
+        raise UnsupportedError(
+            f"np.apply_along_axis over {n} slices of a traced array{where}: adjit unrolls it "
+            f"into one call per slice, up to {_VECTORIZE_MAX}. Write the function on the "
+            "whole array with axis= arguments instead (NumPy's reductions take axis)")
+    moved = C.moveaxis(arr, axis, -1)
+    res = [_strong_array(func1d(moved[idx], *args, **kwargs)) for idx in np.ndindex(*outer)]
+    rshape = tuple(F._shape_of(res[0]))
+    if any(tuple(F._shape_of(r)) != rshape for r in res):
+        raise ShapeError(f"np.apply_along_axis{where}: the function returned results of "
+                         "different shapes for different slices")
+    out = F.reshape(F.stack(res, 0), outer + rshape)
+    k = len(rshape)
+    if k:       # the result's own axes take the place of the axis applied along
+        m = len(outer)
+        out = F.transpose(out, tuple(range(axis)) + tuple(range(m, m + k)) +
+                          tuple(range(axis, m)))
+    return out
+
+
+def _bincount(x, weights=None, minlength=0):
+    """np.bincount(labels, weights=w) with traced weights: a scatter-add of w into
+    max(labels) + 1 bins (float64, as NumPy). Traced labels have no static length."""
+    if _holds_tracer(x):
+        raise UnsupportedError(
+            f"np.bincount of traced integers{_at(user_where())}: its length, max(x) + 1, "
+            "depends on their values. Give the length yourself: counts = np.zeros(n); "
+            "np.add.at(counts, x, weights) (or 1 for plain counts)")
+    x = np.asarray(x)
+    n = len(np.bincount(x, minlength=minlength))    # NumPy's own checks of the labels
+    if weights is None:
+        return np.bincount(x, minlength=minlength)
+    w = B.resolve(weights)
+    if tuple(F._shape_of(w)) != x.shape:
+        raise ShapeError(f"np.bincount: the weights have shape {tuple(F._shape_of(w))}, the "
+                         f"labels {x.shape}; they must be equal{_at(user_where())}")
+    w = F.cast(w, np.float64) if isinstance(w, Tracer) else np.asarray(w, np.float64)
+    return F.scatter_add(F.reshape(w, (-1,)), [x.astype(np.intp)], (("a", 0),), (n,))
+
+
+def _matvec(x1, x2):
+    """np.matvec: (..., m, n) times (..., n) -> (..., m)."""
+    return F.squeeze(F.matmul(x1, F.expand_dims(x2, -1)), -1)
+
+
+def _vecmat(x1, x2):
+    """np.vecmat: (..., n) times (..., n, m) -> (..., m) (real arrays: no conjugate)."""
+    return F.squeeze(F.matmul(F.expand_dims(x1, -2), x2), -2)
+
+
 def _dot(a, b, out=None):
     _no_out("dot", out)
     na, nb = len(F._shape_of(a)), len(F._shape_of(b))
@@ -513,7 +578,8 @@ FUNCTIONS = {
     np.repeat: F.repeat, np.einsum: _einsum, np.fliplr: lambda x: F.flip(x, 1),
     np.flipud: lambda x: F.flip(x, 0),
 }
-FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross})
+FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross,
+                  np.apply_along_axis: _apply_along_axis, np.bincount: _bincount})
 
 
 def _full_shape(a, value, dtype, shape):
@@ -651,7 +717,8 @@ for _name, _fn in [("row_stack", C.vstack), ("trapezoid", C.trapezoid), ("trapz"
                    ("vecdot", lambda x1, x2, axis=-1: F.sum(F.mul(x1, x2), axis)),
                    ("matrix_transpose", F.swap_last), ("permute_dims", F.transpose),
                    ("cumulative_sum", _cumulative(_cumsum)),
-                   ("cumulative_prod", _cumulative(_cumprod)), ("unstack", N.unstack)]:
+                   ("cumulative_prod", _cumulative(_cumprod)), ("unstack", N.unstack),
+                   ("matvec", _matvec), ("vecmat", _vecmat)]:
     if hasattr(np, _name):
         # np.vecdot is a ufunc in NumPy 2: it dispatches through __array_ufunc__
         table = UFUNCS if isinstance(getattr(np, _name), np.ufunc) else FUNCTIONS

@@ -1,0 +1,50 @@
+"""Regressions and additions from the eighth session's sweep 19: NumPy functions users call
+that adjit now traces (np.bincount with weights, np.apply_along_axis, np.matvec/np.vecmat)."""
+import numpy as np
+import pytest
+
+import adjit
+
+_LABELS = np.array([0, 1, 1, 4, 0, 0, 1, 2])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("fn, x", [
+    (lambda w: np.sum(np.bincount(_LABELS, weights=w) ** 2), np.linspace(-1, 2, 8)),
+    (lambda w: np.bincount(_LABELS, w, minlength=7) @ np.arange(7.0), np.linspace(-1, 2, 8)),
+    (lambda w: np.sum(np.bincount(_LABELS, weights=w) ** 2), np.linspace(-1, 2, 8, dtype="f4")),
+    (lambda x: np.sum(np.apply_along_axis(lambda r: r**2 / np.sum(r**2), 1, x) *
+                      np.arange(4)), np.arange(12.0).reshape(3, 4) - 5.5),
+    (lambda x: np.sum(np.apply_along_axis(np.sort, 0, x) * np.arange(4)),
+     np.cos(np.arange(12.0)).reshape(3, 4)),
+    (lambda x: np.sum(np.apply_along_axis(np.linalg.norm, 1, x)), np.sin(np.arange(12.0)).reshape(3, 4)),
+    (lambda x: np.sum(np.apply_along_axis(lambda r: np.outer(r, r), 1, x) * np.arange(4)),
+     np.cos(np.arange(24.0)).reshape(2, 3, 4)),
+    (lambda x: np.sum(np.apply_along_axis(lambda r, p: r**p, -1, x, 3)),
+     np.cos(np.arange(24.0)).reshape(2, 3, 4)),
+    (lambda x: np.sum(np.matvec(x, x[:, 0, :3]) ** 2), np.cos(np.arange(18.0)).reshape(2, 3, 3)),
+    (lambda x: np.sum(np.vecmat(x[:, :, 0], x) ** 2), np.cos(np.arange(24.0)).reshape(2, 3, 4)),
+])
+def test_bincount_apply_along_axis_matvec_and_vecmat_match_numpy(fn, x, backend):
+    if "matvec" in str(fn.__code__.co_names) and not hasattr(np, "matvec"):
+        pytest.skip("np.matvec and np.vecmat are NumPy 2.2's")
+    value, g = adjit.value_and_grad(fn, backend=backend)(x)
+    want = fn(x)
+    assert np.asarray(value).dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(value, want, rtol=1e-6)
+    assert g.dtype == x.dtype
+    assert adjit.gradcheck(fn, x.astype(np.float64), backend=backend) < 1e-6
+
+
+def test_bincount_of_traced_labels_asks_for_the_length():
+    def f(w):
+        return np.sum(np.bincount(np.argmax(w.reshape(4, 2), 1), weights=w[:4]))
+    with pytest.raises(adjit.UnsupportedError, match=r"np.add.at\(counts, x, weights\)"):
+        adjit.grad(f)(np.ones(8))
+
+
+def test_apply_along_axis_is_unrolled_up_to_a_limit():
+    f = lambda x: np.sum(np.apply_along_axis(np.sum, 1, x))  # noqa: E731
+    np.testing.assert_array_equal(adjit.grad(f)(np.ones((5, 2))), 1.0)
+    with pytest.raises(adjit.UnsupportedError, match="axis= arguments"):
+        adjit.grad(f)(np.ones((2000, 2)))
