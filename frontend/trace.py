@@ -195,6 +195,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
                     "inside the function (np.zeros(...)) and return it, or collect the values "
                     "in a list and np.stack them") from e
             _name_the_library(e)
+            _name_the_unbound_method(e)
             raise
         _warn_mutated(before, fn)
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
@@ -290,6 +291,26 @@ def _warn_written(arg_tracers, outs, fn):
 
 
 _ADJIT_DIRS = _INTERNAL + _INTERNAL_FILES + _LIBRARIES
+
+
+def _name_the_unbound_method(e):
+    """np.ndarray.copy(x) (NumPy's method called through the class) on a traced array:
+    Python's own TypeError names neither the line nor what to write."""
+    m = re.search(r"descriptor '(\w+)' for 'numpy.ndarray' objects doesn't apply to a "
+                  r"'(Tracer|Buffer)' object", str(e)) if isinstance(e, TypeError) else None
+    if m is None:
+        return
+    tb, frame = e.__traceback__, None
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_ADJIT_DIRS):
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    name = m.group(1)
+    raise TraceError(
+        f"np.ndarray.{name}(x) calls NumPy's own method on a traced array"
+        f"{_at(user_where(frame)) if frame is not None else ''}; traced arrays are not "
+        f"np.ndarray instances (as in JAX). Write x.{name}(...)"
+        f"{f' or np.{name}(x)' if hasattr(np, name) else ''} instead") from e
 
 
 def _name_the_library(e):

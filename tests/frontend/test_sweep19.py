@@ -48,3 +48,11 @@ def test_apply_along_axis_is_unrolled_up_to_a_limit():
     np.testing.assert_array_equal(adjit.grad(f)(np.ones((5, 2))), 1.0)
     with pytest.raises(adjit.UnsupportedError, match="axis= arguments"):
         adjit.grad(f)(np.ones((2000, 2)))
+
+
+def test_numpys_method_called_through_the_class_names_the_line():
+    def f(x):
+        return np.sum(np.ndarray.copy(np.tanh(x)))
+    with pytest.raises(adjit.TraceError, match=r"test_sweep19.py:\d+.*Write x.copy\(...\) or "
+                                                r"np.copy\(x\)"):
+        adjit.grad(f)(np.ones(3))
