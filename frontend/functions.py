@@ -1246,10 +1246,16 @@ def logsumexp(x, axis=None, keepdims=False):
     if isinstance(x, Tracer) and x.size == 0:
         # log(0) = -inf for each empty sum (SciPy and NumPy's log(sum(exp)))
         return log(sum(exp(x), axis=axis, keepdims=keepdims))
-    m = max(x, axis=axis, keepdims=True)
-    m = stop_gradient(where(eq(abs(m), np.inf), zeros_like(m), m))
+    m = _shift(x, axis)
     s = add(log(sum(exp(sub(x, m)), axis=axis, keepdims=True)), m)
     return s if keepdims else squeeze(s, _axes(x, axis))
+
+
+def _shift(x, axis):
+    """The max along axis (kept), without a gradient, 0 where it is infinite: the shift of
+    logsumexp and the softmaxes, which cancels mathematically."""
+    m = max(x, axis=axis, keepdims=True)
+    return stop_gradient(where(eq(abs(m), np.inf), zeros_like(m), m))
 
 
 @_resolving
@@ -1260,18 +1266,22 @@ def log_softmax(x, axis=-1):
     >>> np.round(np.exp(adjit.log_softmax(np.array([0.0, 0.0]))), 3)
     array([0.5, 0.5])
     """
-    return sub(x, logsumexp(x, axis=axis, keepdims=True))
+    # (x - m) - log(sum(exp(x - m))): exact in the shift m, where x - (m + log(...)) would
+    # round log(...) to the spacing of m (float32 logits near 1e3 lost four digits)
+    xm = sub(x, _shift(x, axis))
+    return sub(xm, log(sum(exp(xm), axis=axis, keepdims=True)))
 
 
 @_resolving
 def softmax(x, axis=-1):
-    """exp(log_softmax(x)): probabilities along `axis`.
+    """exp(x - m) / sum(exp(x - m)) with m the max: probabilities along `axis`.
 
     >>> import numpy as np, adjit
     >>> adjit.softmax(np.array([0.0, 0.0]))
     array([0.5, 0.5])
     """
-    return exp(log_softmax(x, axis))
+    e = exp(sub(x, _shift(x, axis)))
+    return div(e, sum(e, axis=axis, keepdims=True))
 
 
 def no_grad_error(what):

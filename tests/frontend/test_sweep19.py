@@ -56,3 +56,22 @@ def test_numpys_method_called_through_the_class_names_the_line():
     with pytest.raises(adjit.TraceError, match=r"test_sweep19.py:\d+.*Write x.copy\(...\) or "
                                                 r"np.copy\(x\)"):
         adjit.grad(f)(np.ones(3))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_softmax_and_log_softmax_are_exact_in_the_shift(backend):
+    # (x - m) - log(sum(exp(x - m))), as SciPy and PyTorch: not x - (m + log(...)), which
+    # rounds the log to the spacing of m
+    x = np.array([1e16, 1e16, 1.0])
+    np.testing.assert_allclose(adjit.compile(adjit.softmax, backend=backend)(x), [0.5, 0.5, 0])
+    np.testing.assert_allclose(adjit.compile(adjit.log_softmax, backend=backend)(x),
+                               [-np.log(2), -np.log(2), -1e16])
+    w = np.array([0.3, -0.7, 0.2])
+    np.testing.assert_allclose(
+        adjit.grad(lambda x: np.sum(adjit.softmax(x) * w), backend=backend)(x), [0.25, -0.25, 0])
+    x32 = np.array([1000.0, 990.0], np.float32)
+    want = np.array([-4.5398899e-05, -10.0000454])      # x - m - log1p(exp(-10)) in float64
+    np.testing.assert_allclose(adjit.compile(adjit.log_softmax, backend=backend)(x32), want,
+                               rtol=1e-6, atol=3e-8)    # float32's log(1 + 4.54e-5); it was 2e-5 off
+    np.testing.assert_allclose(adjit.compile(adjit.softmax, backend=backend)(x32), np.exp(want),
+                               rtol=2e-6)
