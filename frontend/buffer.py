@@ -130,6 +130,13 @@ class Buffer(np.ndarray):
         """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x)))."""
         self[...] = value
 
+    def put(self, indices, values, mode="raise"):
+        """x.put(i, v): v may be traced, as np.put(x, i, v)."""
+        if traced_value(self) is None and not _holds_traced((indices, values)):
+            np.ndarray.put(self, indices, values, mode=mode)
+        else:
+            np.put(self, indices, values, mode=mode)
+
     def __setitem__(self, key, value):
         owner = _owner(self)
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
@@ -321,8 +328,11 @@ def views_of_buffers(r, inputs):
                 return v
         return given
     if isinstance(r, (tuple, list)):
-        out = type(r)(rebase(a) for a in r)
-        return out if any(x is not y for x, y in zip(out, r)) else None
+        items = [rebase(a) for a in r]
+        if not any(x is not y for x, y in zip(items, r)):
+            return None
+        # a namedtuple (np.linalg.slogdet's SlogdetResult) takes its fields as arguments
+        return type(r)(*items) if hasattr(r, "_fields") else type(r)(items)
     out = rebase(r)
     return out if out is not r else None
 

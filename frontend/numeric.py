@@ -338,8 +338,7 @@ def piecewise(x, condlist, funclist, *args, **kw):
 def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points (xp, fp) at x, as np.interp. xp must be a
     constant increasing NumPy array; x, fp, left and right may be traced (the derivative in x
-    is the slope of the piece). Each x is compared with every xp: memory grows as x.size *
-    xp.size.
+    is the slope of the piece). Each x finds its piece by a binary search, as NumPy's.
 
     >>> import numpy as np, adjit
     >>> adjit.grad(lambda x: np.sum(np.interp(x, [0.0, 1.0, 3.0], [0.0, 2.0, 3.0])),
@@ -370,8 +369,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     else:
         if n == 2:
             j = np.zeros(_shape_of(x), np.intp)
-        else:   # xp[j] <= x < xp[j + 1], by counting the inner knots at or below x
-            j = F.sum(F.le(xp[1:-1], F.expand_dims(x, -1)), axis=-1)
+        else:   # xp[j] <= x < xp[j + 1]: the inner knots at or below x (a binary search)
+            j = searchsorted(xp[1:-1], x, "right")
         fj, fj1 = F.getitem(fp, j), F.getitem(fp, F.add(j, 1))
         xj = F.getitem(xp, j)
         # a zero-width piece is never the one used (x there is at or beyond the last knot),
@@ -641,7 +640,8 @@ def _flat(a):
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
     """np.linspace with traced start or stop: start + step * arange(num)."""
     div = (num - 1) if endpoint else num
-    dt = np.dtype(dtype) if dtype is not None else F.result_dtype(start, stop, 1.0)
+    # computed in the endpoints' float type, then floored (integers) and cast, as NumPy
+    dt = F.result_dtype(start, stop, 1.0)
     start, stop = (F.cast(v, dt) if isinstance(v, Tracer) else np.asarray(v, dt)
                    for v in (start, stop))
     shape = F._broadcast_shape("linspace", [_shape_of(start), _shape_of(stop)])
@@ -654,6 +654,10 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
         y = F.concatenate([F.getitem(y, slice(0, num - 1)), F.reshape(last, (1,) + shape)], 0)
     if axis != 0:
         y = C.moveaxis(y, 0, axis)
+    if dtype is not None and np.dtype(dtype) != dt:
+        if np.dtype(dtype).kind in "iub":
+            y = F.floor(y) if np.dtype(dtype).kind != "b" else y
+        y = F.cast(y, np.dtype(dtype))
     return (y, step) if retstep else y
 
 
@@ -690,9 +694,8 @@ def digitize(x, bins, right=False):
 
 
 def searchsorted(a, v, side="left", sorter=None):
-    """np.searchsorted by counting: the insertion index of each v is the number of entries of
-    the sorted a below it (at or below it with side='right'). Integer results, no gradient;
-    a (len(a), ...) comparison array is made, fine for the sizes losses bin into."""
+    """np.searchsorted: the insertion index of each v in the sorted a (a binary search, the
+    registry's `searchsorted`). Integer results, no gradient."""
     if side not in ("left", "right"):
         raise ShapeError(f"np.searchsorted: side must be 'left' or 'right', got {side!r}"
                          f"{_at(user_where())}")
@@ -701,17 +704,7 @@ def searchsorted(a, v, side="left", sorter=None):
                          f"{tuple(_shape_of(a))}{_at(user_where())}")
     if sorter is not None:
         a = F.getitem(a, (np.asarray(sorter) if not isinstance(sorter, Tracer) else sorter,))
-    vs = _shape_of(v)
-    col = F.reshape(v, tuple(vs) + (1,)) if isinstance(v, Tracer) else \
-        np.reshape(np.asarray(v), tuple(vs) + (1,))
-    below = (F.lt if side == "left" else F.le)(a, col)
-    if F.result_dtype(a, col).kind == "f":
-        # NumPy sorts NaN last: a NaN query goes after every number (and, to the right,
-        # after the NaNs too)
-        nan_v = C.isnan(col)
-        past = nan_v if side == "right" else C.logical_and(nan_v, C.logical_not(C.isnan(a)))
-        below = C.logical_or(below, past)
-    return F.sum(F.cast(below, np.int64), axis=-1)
+    return F._index_op("searchsorted", [a, v], {"side": side})
 
 
 def unravel_index(indices, shape, order="C"):
@@ -757,9 +750,11 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     """
     shape = F._shape_of(f)
     nd = len(shape)
-    axes = tuple(range(nd)) if axis is None else F._axes(f, axis)
-    if axis is not None and not isinstance(axis, (tuple, list)):
-        axes = axes[:1]
+    # in the order given (one derivative per entry of axis, each with its own spacing)
+    axes = tuple(range(nd)) if axis is None else tuple(
+        F._axes(f, a)[0] for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"np.gradient: repeated axis in {axis}")
     if len(varargs) == 0:
         spacing = [1.0] * len(axes)
     elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:

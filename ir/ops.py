@@ -996,6 +996,18 @@ _register(OpDef(
     "np.argsort({0}, axis={axis}, kind='stable').astype(np.int64)", differentiable=False,
     doc="indices that sort along `axis` (stable); np.sort gathers with them"))
 
+_register(OpDef(
+    "searchsorted", 2, "index", lambda s, a: s[1], lambda d, a: np.dtype(np.int64),
+    lambda a, v, side: np.searchsorted(a, v, side=side).astype(np.int64),
+    lambda g, out, a, v, side: [None, None], lambda t, out, a, v, side: None,
+    # side is 'left' or 'right' (the frontend checks): written as one of those two literals
+    lambda args, a: f"np.searchsorted({args[0]}, {args[1]}, "
+                    f"side={'right' if a['side'] == 'right' else 'left'!r}).astype(np.int64)",
+    differentiable=False,
+    show=lambda a: a["side"],
+    doc="insertion positions of v in the sorted 1-d a (binary search; NaN sorts last)"))
+
+
 def _sort_perm_key(x, axis):
     """The gather key of take_along_axis(x, argsort(x, axis), axis) (stable: ties in order)."""
     key = F.along_axis_key(x, F.argsort(x, axis), axis)

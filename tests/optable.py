@@ -120,6 +120,11 @@ TABLE = {
     "argsort": {"fn": lambda x: np.take_along_axis(x, np.argsort(x), -1) * 2.0
                 + np.take_along_axis(x, np.argsort(x, axis=0), 0),
                 "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
+    # piecewise constant factors: the knots (and x's own sorted values, for side="right")
+    # lie away from the points central differences move
+    "searchsorted": {"fn": lambda x: x * np.searchsorted(np.linspace(-1.0, 1.0, 5), x)
+                     + x * np.searchsorted(np.sort(np.ravel(x)), x * 0.5, side="right"),
+                     "inputs": [[(VEC, "any")], [(MAT, "any")]]},
     "sort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
              "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),

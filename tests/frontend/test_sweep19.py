@@ -75,3 +75,69 @@ def test_softmax_and_log_softmax_are_exact_in_the_shift(backend):
                                rtol=1e-6, atol=3e-8)    # float32's log(1 + 4.54e-5); it was 2e-5 off
     np.testing.assert_allclose(adjit.compile(adjit.softmax, backend=backend)(x32), np.exp(want),
                                rtol=2e-6)
+
+
+_F = np.array([[0.0, 1.0, 4.0, 9.0], [1.0, 3.0, 7.0, 20.0], [5.0, 6.0, 6.0, 2.0]])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda F: np.gradient(F, 2.0, 3.0, axis=(1, 0)),        # one spacing per axis, in order
+    lambda F: np.gradient(F, axis=(1, 0)),
+    lambda F: np.gradient(F, np.array([0.0, 0.5, 1.5, 4.0]), np.arange(3.0), axis=(1, 0)),
+    lambda F: np.gradient(F, 2.0, axis=[-1, 0]),
+    lambda F: np.gradient(F, axis=-1),
+])
+def test_gradient_returns_one_derivative_per_axis_in_the_order_given(fn):
+    got, want = adjit.compile(fn, backend="numpy")(_F), fn(_F)
+    for a, b in zip(got if isinstance(want, tuple) else [got],
+                    want if isinstance(want, tuple) else [want]):
+        np.testing.assert_allclose(a, b)
+
+
+@pytest.mark.parametrize("dtype", [int, np.int32, np.uint8, np.float32, None])
+def test_linspace_with_traced_ends_and_an_integer_dtype_floors_as_numpy(dtype):
+    f = lambda v: np.linspace(v[0] + 3.0 * (dtype is np.uint8), v[1], 5, dtype=dtype)  # noqa: E731
+    v = np.array([-2.5, 3.2])
+    got, want = adjit.compile(f, backend="numpy")(v), f(v)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want)
+
+
+def test_named_tuple_results_of_constant_arrays_made_inside():
+    def gp_nll(y):
+        t = np.linspace(0.0, 1.0, 5)
+        K = np.exp(-(t[:, None] - t[None, :]) ** 2 / 0.1) + 0.1 * np.eye(5)
+        sign, logdet = np.linalg.slogdet(K)
+        w, _ = np.linalg.eigh(K)
+        s = np.linalg.svd(K).S
+        return 0.5 * y @ np.linalg.solve(K, y) + 0.5 * logdet + np.sum(w) + np.sum(s)
+    y = np.linspace(-1.0, 1.0, 5)
+    value, g = adjit.value_and_grad(gp_nll)(y)
+    np.testing.assert_allclose(value, gp_nll(y))
+    assert adjit.gradcheck(gp_nll, y) < 1e-7
+
+
+def test_the_put_method_of_an_array_made_inside_takes_traced_values():
+    def f(v):
+        o = np.zeros(4)
+        o[1] = v[2]
+        o.put([0, 3], v[:2])
+        o.put(2, 5.0)
+        r = o[1:]
+        r.put([1], v[3])
+        return np.sum(o ** 2)
+    v = np.arange(1.0, 5.0)
+    np.testing.assert_allclose(adjit.compile(f)(v), f(v))
+    np.testing.assert_allclose(adjit.grad(f)(v), [2.0, 4.0, 6.0, 8.0])   # o[2] is v[3]
+
+
+def test_interp_finds_pieces_by_binary_search_not_a_comparison_matrix():
+    xp = np.linspace(0, 10, 1000)
+    fp = np.sin(xp)
+    f = lambda v: np.sum(np.interp(v, xp, fp))  # noqa: E731
+    v = np.random.default_rng(0).uniform(-1, 11, 20_000)
+    v[:3] = [xp[5], 0.0, 10.0]
+    c = adjit.compile(f, backend="numpy")
+    np.testing.assert_allclose(c(v), f(v))
+    assert adjit.measure_peak_memory(c, v) < 20 * v.nbytes     # (N, K) int64 would be 160 MB
+    assert "np.searchsorted" in c.lower(v).source
