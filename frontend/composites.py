@@ -469,6 +469,31 @@ def scan(f, x, axis, what):
     return x
 
 
+def cumulative_extreme(name, x, axis, what):
+    """np.maximum.accumulate (minimum, fmax, fmin): NumPy's accumulate, one pass; for floats
+    the values are x gathered at the position of each running extreme (the last element
+    equal to it, or the NaN that maximum and minimum carry on), so the cotangent goes there
+    (as torch.cummax), without the log n levels a scan of pairwise maxima would take."""
+    if axis is None:
+        raise UnsupportedError(f"{what} with axis=None{_at(user_where())}; ravel first")
+    if not isinstance(x, Tracer):
+        x = F.const(np.asarray(x))
+    ax = _axis(axis, _nd(x), what)
+    run = x.ctx.emit("accumulate", [x], {"ufunc": name, "axis": ax})
+    if x.dtype.kind not in "fc":
+        return run
+    shape = tuple(_shape_of(x))
+    pos = np.arange(shape[ax], dtype=np.int64).reshape(
+        tuple(-1 if i == ax else 1 for i in range(len(shape))))
+    # records: where x is the running extreme (ties too), or where the result is NaN
+    # (fmax/fmin: a NaN start) or x is (maximum/minimum carry a NaN on)
+    nan_at = isnan(run) if name in ("fmax", "fmin") else isnan(x)
+    record = logical_or(F.eq(x, run), nan_at)
+    last = F.cast(F.where(record, np.broadcast_to(pos, shape), np.int64(0)), np.int64)
+    last = x.ctx.emit("accumulate", [last], {"ufunc": "maximum", "axis": ax})
+    return F.take_along_axis(x, last, ax)
+
+
 def sort(x, axis=-1, kind=None, order=None):
     if order is not None:
         raise UnsupportedError(f"np.sort with order={order!r}{_at(user_where())}")

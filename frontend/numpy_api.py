@@ -881,6 +881,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 return F.cast(_ACCUMULATE[ufunc](x, axis=axis), x.dtype)
         if ufunc in _ACCUMULATE:
             return _ACCUMULATE[ufunc](x, axis=axis)
+        if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
+            return C.cumulative_extreme(ufunc.__name__, x, axis,
+                                        f"np.{ufunc.__name__}.accumulate")
         return C.scan(UFUNCS[ufunc], x, axis, f"np.{ufunc.__name__}.accumulate")
     if method == "outer" and ufunc in UFUNCS and ufunc.nin == 2:
         a, b = inputs   # np.add.outer(a, b): a's axes first, then b's

@@ -965,6 +965,19 @@ _register(OpDef(
     lambda t, out, x, axis: _COMPOSITES.cumprod_jvp(t[0], out, x, axis),
     "np.cumprod({0}, axis={axis})", flops=lambda out, ins, a: _numel(out),
     doc="running product; its rules are linear recurrences, exact where x holds zeros"))
+_EXTREMES = ("maximum", "minimum", "fmax", "fmin")
+_register(OpDef(
+    "accumulate", 1, "scan", same_shape, first_dtype,
+    lambda x, ufunc, axis: getattr(np, ufunc).accumulate(x, axis=axis),
+    lambda g, out, x, ufunc, axis: [None], lambda t, out, x, ufunc, axis: None,
+    # ufunc is one of _EXTREMES (the frontend checks): written as that literal name
+    lambda args, a: f"np.{_EXTREMES[_EXTREMES.index(a['ufunc'])]}.accumulate({args[0]}, "
+                    f"axis={int(a['axis'])})",
+    differentiable=False, show=lambda a: f"{a['ufunc']} axis={a['axis']}",
+    flops=lambda out, ins, a: _numel(out),
+    doc="np.maximum/minimum/fmax/fmin.accumulate, no gradient of its own: the frontend "
+        "gathers x at the positions of the running extremes, so the cotangent reaches the "
+        "last element equal to each (as torch.cummax)"))
 unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.floor({0})",
       "np.floor({0})", "floor({0})", differentiable=False)
 unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",

@@ -125,6 +125,10 @@ TABLE = {
     "searchsorted": {"fn": lambda x: x * np.searchsorted(np.linspace(-1.0, 1.0, 5), x)
                      + x * np.searchsorted(np.sort(np.ravel(x)), x * 0.5, side="right"),
                      "inputs": [[(VEC, "any")], [(MAT, "any")]]},
+    # the running extremes of random data change hands away from ties
+    "accumulate": {"fn": lambda x: np.maximum.accumulate(x, axis=-1) * 2.0
+                   + np.minimum.accumulate(x, axis=0) + np.fmax.accumulate(x, axis=0) * x,
+                   "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
              "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),

@@ -141,3 +141,35 @@ def test_interp_finds_pieces_by_binary_search_not_a_comparison_matrix():
     np.testing.assert_allclose(c(v), f(v))
     assert adjit.measure_peak_memory(c, v) < 20 * v.nbytes     # (N, K) int64 would be 160 MB
     assert "np.searchsorted" in c.lower(v).source
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum, np.fmax, np.fmin])
+def test_running_extremes_are_numpys_accumulate_and_their_gradient_goes_to_the_last_tie(
+        ufunc, backend):
+    for x in (np.array([1.0, 3.0, 3.0, 2.0, 3.0]), np.array([1.0, np.nan, 3.0, 2.0]),
+              np.array([np.nan, 1.0, 3.0, 2.0]), np.array([-np.inf, 1.0, np.inf, 2.0]),
+              np.arange(3), np.array([True, False, True])):
+        got = adjit.compile(lambda x: ufunc.accumulate(x), backend=backend)(x)
+        np.testing.assert_array_equal(got, ufunc.accumulate(x))
+        assert got.dtype == ufunc.accumulate(x).dtype
+    g = adjit.grad(lambda x: np.sum(ufunc.accumulate(x)), backend=backend)
+    ties = {np.maximum: [1, 1, 2, 0, 1], np.fmax: [1, 1, 2, 0, 1],
+            np.minimum: [5, 0, 0, 0, 0], np.fmin: [5, 0, 0, 0, 0]}   # as torch.cummax
+    np.testing.assert_array_equal(g(np.array([1.0, 3.0, 3.0, 2.0, 3.0])), ties[ufunc])
+    nan = {np.maximum: [1, 0, 0, 0], np.minimum: [1, 0, 0, 0],      # NaN carries on
+           np.fmax: [2, 0, 2, 0], np.fmin: [4, 0, 0, 0]}             # NaN is skipped
+    np.testing.assert_array_equal(
+        adjit.grad(lambda x: np.nansum(ufunc.accumulate(x)), backend=backend)(
+            np.array([1.0, np.nan, 3.0, 2.0])), nan[ufunc])
+    x = np.cos(np.arange(20.0) * 1.7).reshape(4, 5)
+    w = np.sin(np.arange(20.0)).reshape(4, 5)
+    for axis in (0, 1):
+        f = lambda x: np.sum(ufunc.accumulate(x, axis=axis) * w)  # noqa: E731
+        assert adjit.gradcheck(f, x, backend=backend) < 1e-8
+    # one NumPy accumulate forward and a gather: no log n levels of pairwise maxima
+    src = adjit.value_and_grad(lambda x: np.sum(ufunc.accumulate(x)), backend="numpy").lower(
+        np.ones(1000)).source
+    code = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
+    assert sum(".accumulate(" in line for line in code) == 2
+    assert not any("concatenate" in line for line in code)
