@@ -130,6 +130,10 @@ def _shape_of(x):
 
 def _elementwise(op, xs, dtype=None, float_only=False):
     """Promote, lift and broadcast xs, then emit `op`; with no tracer, compute with NumPy."""
+    if any(type(x) in (list, tuple) for x in xs):
+        # [a, b] - m with a, b traced: NumPy makes the list an array first
+        from .numpy_api import _from_nested
+        xs = [_from_nested(x, np.asarray) if type(x) in (list, tuple) else x for x in xs]
     if not any(isinstance(x, Tracer) for x in xs):
         return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
     ctx = _ctx(xs)

@@ -519,6 +519,47 @@ def _vecmat(x1, x2):
     return F.squeeze(F.matmul(F.expand_dims(x1, -2), x2), -2)
 
 
+def _poly_pair(a1, a2, what):
+    """The coefficient vectors of np.polyadd / polysub, the shorter padded with leading 0s."""
+    a1, a2 = (B.resolve(a) if _holds_tracer(a) else np.asarray(a) for a in (a1, a2))
+    if len(F._shape_of(a1)) != 1 or len(F._shape_of(a2)) != 1:
+        _unsupported(f"{what} of coefficient arrays that are not 1-d")
+    n1, n2 = F._shape_of(a1)[0], F._shape_of(a2)[0]
+    n = max(n1, n2)
+    return C.pad(a1, (n - n1, 0)), C.pad(a2, (n - n2, 0))
+
+
+def _polyadd(a1, a2):
+    return F.add(*_poly_pair(a1, a2, "polyadd"))
+
+
+def _polysub(a1, a2):
+    return F.sub(*_poly_pair(a1, a2, "polysub"))
+
+
+def _polymul(a1, a2):
+    a1, a2 = (B.resolve(a) if _holds_tracer(a) else np.asarray(a) for a in (a1, a2))
+    if len(F._shape_of(a1)) != 1 or len(F._shape_of(a2)) != 1:
+        _unsupported("polymul of coefficient arrays that are not 1-d")
+    return C.convolve(a1, a2)
+
+
+def _apply_over_axes(func, a, axes):
+    """np.apply_over_axes: func(a, axis) for each axis in turn, the axis kept."""
+    a = B.resolve(a)
+    nd = len(F._shape_of(a))
+    for axis in np.atleast_1d(np.asarray(axes)).tolist():
+        axis = axis + nd if axis < 0 else axis
+        r = func(a, axis)
+        if len(F._shape_of(r)) == nd:
+            a = r
+        elif len(F._shape_of(r)) == nd - 1:
+            a = F.expand_dims(r, axis)
+        else:
+            raise ValueError("function is not returning an array of the correct shape")
+    return a
+
+
 def _dot(a, b, out=None):
     _no_out("dot", out)
     na, nb = len(F._shape_of(a)), len(F._shape_of(b))
@@ -579,7 +620,9 @@ FUNCTIONS = {
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross,
-                  np.apply_along_axis: _apply_along_axis, np.bincount: _bincount})
+                  np.apply_along_axis: _apply_along_axis, np.bincount: _bincount,
+                  np.polyadd: _polyadd, np.polysub: _polysub, np.polymul: _polymul,
+                  np.apply_over_axes: _apply_over_axes})
 
 
 def _full_shape(a, value, dtype, shape):
@@ -872,7 +915,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         if ufunc in _REDUCE:
             return _REDUCE[ufunc](x, axis=axis, keepdims=keepdims)
         return C.fold(UFUNCS[ufunc], x, axis, keepdims, f"np.{ufunc.__name__}.reduce")
-    if method == "accumulate" and (ufunc in _ACCUMULATE or ufunc in _ASSOCIATIVE) and \
+    if method == "accumulate" and (ufunc in _ACCUMULATE or ufunc in _ASSOCIATIVE or
+                                   ufunc is np.subtract) and \
             set(kwargs) <= {"axis", "dtype"}:
         x, axis = inputs[0], kwargs.get("axis", 0)
         if kwargs.get("dtype") is not None:
@@ -881,6 +925,15 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 return F.cast(_ACCUMULATE[ufunc](x, axis=axis), x.dtype)
         if ufunc in _ACCUMULATE:
             return _ACCUMULATE[ufunc](x, axis=axis)
+        if ufunc is np.subtract:
+            if F._dtype_of(x).kind not in "fi":
+                _unsupported(f"subtract.accumulate of {F._dtype_of(x)} arrays")
+            # ((x0 - x1) - x2) ...: the running sum of x0, -x1, -x2, ... (a - b is a + -b)
+            ax = F._norm_axes((axis,), len(F._shape_of(x)), "np.subtract.accumulate")[0]
+            n = F._shape_of(x)[ax]
+            sign = np.where(np.arange(n) == 0, 1.0, -1.0).astype(F._dtype_of(x)).reshape(
+                (-1,) + (1,) * (len(F._shape_of(x)) - ax - 1))
+            return F.cumsum(F.mul(x, sign), axis=ax)
         if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
             return C.cumulative_extreme(ufunc.__name__, x, axis,
                                         f"np.{ufunc.__name__}.accumulate")
@@ -1119,7 +1172,7 @@ def _fill_diagonal(a, val, wrap=False):
 def _compress(condition, a, axis=None, out=None):
     _no_out("compress", out)
     if isinstance(B.resolve(condition), Tracer):
-        _unsupported("np.compress with a traced condition (how many values are kept depends "
+        _unsupported("compress with a traced condition (how many values are kept depends "
                      "on the data; np.where(condition, a, 0) keeps the shape)")
     keep = np.nonzero(np.asarray(condition, dtype=bool).reshape(-1))[0]
     if axis is None:

@@ -173,3 +173,31 @@ def test_running_extremes_are_numpys_accumulate_and_their_gradient_goes_to_the_l
     code = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
     assert sum(".accumulate(" in line for line in code) == 2
     assert not any("concatenate" in line for line in code)
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda v: np.subtract.accumulate(v), np.cos(np.arange(6.0))),
+    (lambda m: np.subtract.accumulate(m, axis=1), np.cos(np.arange(12.0)).reshape(3, 4)),
+    (lambda v: np.polyadd(v[:2], v), np.cos(np.arange(6.0))),
+    (lambda v: np.polysub([1.0, 2.0], v), np.cos(np.arange(6.0))),
+    (lambda v: np.polymul(v[:3], v), np.cos(np.arange(6.0))),
+    (lambda m: np.apply_over_axes(np.sum, m, [0, 1]), np.cos(np.arange(12.0)).reshape(3, 4)),
+    (lambda m: np.apply_over_axes(np.max, m, [0, 2]), np.cos(np.arange(12.0)).reshape(3, 2, 2)),
+    (lambda v: np.vander(v, 0), np.arange(4.0)),
+    (lambda v: [v[0] * 2, v[1]] - v[:2] + np.add((v[2], 1.0), v[:2]), np.cos(np.arange(6.0))),
+])
+def test_more_numpy_functions_match_numpy(fn, x):
+    got, want = adjit.compile(fn, backend="numpy")(x), fn(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    if want.size:
+        w = np.sin(np.arange(want.size)).reshape(want.shape)
+        assert adjit.gradcheck(lambda x: np.sum(fn(x) * w), x) < 1e-7
+
+
+def test_a_python_int_position_points_to_static_argnums():
+    f = lambda v, i: np.sum(np.insert(v, i, 0.0) * np.arange(7))  # noqa: E731
+    with pytest.raises(adjit.TraceError, match=r"argument 'i'.*static_argnums"):
+        adjit.grad(f)(np.arange(1.0, 7.0), 2)
+    np.testing.assert_array_equal(adjit.grad(f, static_argnums=1)(np.arange(1.0, 7.0), 2),
+                                  [0, 1, 3, 4, 5, 6])
