@@ -1049,6 +1049,28 @@ def _betaln(a, b):
     return F.where(far, asym, plain)
 
 
+def _zeta(s, q):
+    """Hurwitz zeta(s, q) for a constant integer s >= 1 (how scipy.special.polygamma calls it):
+    (-1)^s psi^(s-1)(q) / (s-1)!; zeta(1, q) is the pole, inf."""
+    if isinstance(B.resolve(s), Tracer) or np.any(np.asarray(s) != np.round(s)) or \
+            np.any(np.asarray(s) < 1):
+        e = UnsupportedError(f"scipy.special.zeta(s, q) with s not constant positive integers"
+                             f"{_at(user_where())}; adjit has zeta(n + 1, q) through "
+                             "polygamma (scipy.special.polygamma(n, q) with constant n)")
+        e._adjit_library = True      # adjit's own message, not "SciPy needs concrete arrays"
+        raise e
+    if np.ndim(s):         # polygamma(np.array([0, 1, 2]), x): one order per element
+        out = None
+        for k in np.unique(s):
+            zk = _zeta(int(k), q)
+            out = zk if out is None else F.where(np.asarray(s) == k, zk, out)
+        return F.broadcast_to(out, F._broadcast_shape("zeta", [np.shape(s), F._shape_of(q)]))
+    n = int(s)
+    if n == 1:
+        return F.add(F.mul(q, 0.0), np.inf)
+    return F.mul(F.polygamma(n - 1, q), (-1.0) ** n / math.factorial(n - 1))
+
+
 # scipy.special ufuncs that are compositions of adjit's ops (by name; SciPy is not required)
 _SCIPY_SPECIAL = {
     "expit": F.sigmoid, "log_expit": lambda x: F.neg(F.softplus(F.neg(x))),
@@ -1056,7 +1078,7 @@ _SCIPY_SPECIAL = {
     "xlogy": _xlogy(F.log), "xlog1py": _xlogy(F.log1p),
     "erf": F.erf, "erfc": F.erfc, "entr": _entr, "rel_entr": _rel_entr,
     "gammaln": F.gammaln, "digamma": lambda x: F.polygamma(0, x),
-    "psi": lambda x: F.polygamma(0, x),
+    "psi": lambda x: F.polygamma(0, x), "zeta": _zeta, "_zeta": _zeta,
     "betaln": _in_float64(_betaln),
     # the standard normal CDF
     "ndtr": _in_float64(lambda x: F.mul(F.erfc(F.mul(x, -1.0 / math.sqrt(2.0))), 0.5)),
@@ -1571,6 +1593,11 @@ def constructors_accept_tracers():
             for name in _RANDOM:
                 _originals[("random", name)] = getattr(np.random, name)
                 setattr(np.random, name, _warning_random(_originals[("random", name)], name))
+            basic = sys.modules.get("scipy.special._basic")
+            if basic is not None and getattr(basic, "asarray", None) is _originals["asarray"]:
+                # scipy.special.polygamma & co. take asarray(x) first: let a tracer through
+                _originals["scipy_basic_asarray"] = basic
+                basic.asarray = np.asarray
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -1585,6 +1612,8 @@ def constructors_accept_tracers():
             done.append(True)
             _patch_depth[0] -= 1
             if _patch_depth[0] == 0:
+                if "scipy_basic_asarray" in _originals:
+                    _originals.pop("scipy_basic_asarray").asarray = _originals["asarray"]
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
                 np.vectorize.__call__ = _originals.pop("vectorize")

@@ -201,3 +201,16 @@ def test_a_python_int_position_points_to_static_argnums():
         adjit.grad(f)(np.arange(1.0, 7.0), 2)
     np.testing.assert_array_equal(adjit.grad(f, static_argnums=1)(np.arange(1.0, 7.0), 2),
                                   [0, 1, 3, 4, 5, 6])
+
+
+def test_scipy_polygamma_and_integer_zeta_trace():
+    sp = pytest.importorskip("scipy.special")
+    from scipy.special import polygamma       # bound before tracing, as users import it
+    x = np.array([0.5, 1.5, 3.0])
+    for n in (0, 1, 2, np.array([0, 1, 2])):
+        f = lambda x: np.sum(polygamma(n, x ** 2) * np.arange(1, 4))  # noqa: E731
+        np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-12)
+        assert adjit.gradcheck(f, x) < 1e-6
+    np.testing.assert_allclose(adjit.compile(lambda x: sp.zeta(3, x))(x), sp.zeta(3, x))
+    with pytest.raises(adjit.UnsupportedError, match="constant positive integers"):
+        adjit.compile(lambda x: sp.zeta(x, 2.0))(x)
