@@ -201,6 +201,22 @@ def _at(where) -> str:
     return f" at {where}" if where is not None else ""
 
 
+_NUMPY_TESTING = os.path.join(os.path.dirname(np.__file__), "testing") + os.sep
+
+
+def _numpy_testing_call():
+    """The np.testing function the user called, when a traced value reached one."""
+    f, name = sys._getframe(2), None
+    while f is not None:
+        if f.f_code.co_filename.startswith(_NUMPY_TESTING):
+            name = f.f_code.co_name
+        elif name is not None and not f.f_code.co_filename.startswith(
+                (os.path.dirname(np.__file__),) + _INTERNAL):
+            return name
+        f = f.f_back
+    return None
+
+
 class Tracer:
     """A symbolic array: shape and dtype known, value not. Supports NumPy's protocols.
 
@@ -463,6 +479,13 @@ class Tracer:
                 "a global or a container: after adjit.grad, the model's attributes set inside "
                 "the loss still hold traced values). Return the values you need from the "
                 "traced function (has_aux=True for a gradient) and set them outside.")
+        testing = _numpy_testing_call()
+        if testing is not None:
+            raise TraceError(
+                f"np.testing.{testing} checks numbers, and a traced value has none while "
+                f"tracing{_at(w)}. Check the values the compiled function returns, outside it "
+                "(return them, with has_aux=True for a gradient), or leave the assertion out "
+                "of the traced function.")
         from .functions import _is_weak
         if _is_weak(self) and self.dtype.kind in "biu" and not self._from_float_input():
             d = self.ctx.graph[self.id]

@@ -214,3 +214,18 @@ def test_scipy_polygamma_and_integer_zeta_trace():
     np.testing.assert_allclose(adjit.compile(lambda x: sp.zeta(3, x))(x), sp.zeta(3, x))
     with pytest.raises(adjit.UnsupportedError, match="constant positive integers"):
         adjit.compile(lambda x: sp.zeta(x, 2.0))(x)
+
+
+@pytest.mark.parametrize("check", [
+    lambda q: np.testing.assert_allclose(np.sum(q), 1, err_msg="rows sum to 1"),
+    lambda q: np.testing.assert_almost_equal(np.sum(q), 1),
+    lambda q: np.testing.assert_array_less(q, 2),
+])
+def test_a_numpy_testing_assertion_on_traced_values_says_to_check_outside(check):
+    def f(x):
+        q = x / np.sum(x)
+        check(q)
+        return np.sum(q ** 2)
+    with pytest.raises(adjit.TraceError, match=r"np.testing.assert_\w+ checks numbers.*"
+                                                r"test_sweep19.py:\d+.*outside it"):
+        adjit.grad(f)(np.ones(3))
