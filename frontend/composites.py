@@ -282,8 +282,43 @@ def diff(x, n=1, axis=-1, prepend=None, append=None):
 _PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 
 
+_RUNS = 8      # runs of a constant index that take_runs joins from slices
+
+
+def take_runs(x, ax, idx):
+    """x[..., idx, ...] on axis ax for a constant index vector made of a few runs that step
+    by +1, -1 or 0 (np.pad's reflect, wrap and edge): slices (reversed ones too) and
+    broadcasts, concatenated, so the forward copies memory once and the backward adds slices,
+    where a gather and a scatter-add would index every element."""
+    idx = np.asarray(idx, np.int64)
+    runs, start = [], 0
+    for i in range(1, len(idx) + 1):
+        if i == len(idx) or (i - start > 1 and idx[i] - idx[i - 1] != idx[start + 1] -
+                             idx[start]) or (i - start == 1 and abs(idx[i] - idx[i - 1]) > 1):
+            runs.append((start, i))
+            start = i
+            if len(runs) > _RUNS:
+                return F.getitem(x, _along(ax, _nd(x), idx))
+    nd, parts = _nd(x), []
+    for a, b in runs:
+        first, last = int(idx[a]), int(idx[b - 1])
+        step = 0 if b - a == 1 else int(idx[a + 1] - idx[a])
+        if step == 0:
+            part = _slice(x, ax, first, first + 1)
+            if b - a > 1:
+                shape = list(_shape_of(part))
+                shape[ax] = b - a
+                part = F.broadcast_to(part, tuple(shape))
+        elif step == 1:
+            part = _slice(x, ax, first, last + 1)
+        else:
+            part = _slice(x, ax, first, last - 1 if last > 0 else None, -1)
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else F.concatenate(parts, ax)
+
+
 def pad(x, pad_width, mode="constant", **kw):
-    """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap gather."""
+    """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap join slices."""
     if not isinstance(x, Tracer):
         return np.pad(x, pad_width, mode=mode, **kw)
     if mode not in _PAD_MODES or set(kw) - {"constant_values", "reflect_type"}:
@@ -312,7 +347,7 @@ def pad(x, pad_width, mode="constant", **kw):
                 x = moveaxis(tensordot(m, x, ([1], [ax])), 0, ax)
             elif b or a:
                 idx = np.pad(np.arange(shape[ax]), (int(b), int(a)), mode=mode, **kw)
-                x = F.getitem(x, _along(ax, len(shape), idx))
+                x = take_runs(x, ax, idx)
         return x
     index = tuple(slice(int(b), int(b) + d) for (b, _), d in zip(pw, shape))
     out_shape = tuple(int(b) + d + int(a) for (b, a), d in zip(pw, shape))

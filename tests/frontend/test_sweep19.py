@@ -229,3 +229,27 @@ def test_a_numpy_testing_assertion_on_traced_values_says_to_check_outside(check)
     with pytest.raises(adjit.TraceError, match=r"np.testing.assert_\w+ checks numbers.*"
                                                 r"test_sweep19.py:\d+.*outside it"):
         adjit.grad(f)(np.ones(3))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "symmetric", "wrap", "edge"])
+def test_pad_modes_join_slices_and_their_gradients_add_them(mode):
+    rng = np.random.default_rng(0)
+    for shape in [(5,), (3, 4), (2, 3, 4), (1,), (2, 1)]:
+        x = rng.normal(size=shape)
+        for pw in [1, 2, (0, 3), (3, 0), 5, 9]:
+            f = lambda x: np.pad(x, pw, mode=mode)  # noqa: E731
+            try:
+                want = f(x)
+            except ValueError:               # NumPy refuses too (reflect of a length-1 axis)
+                continue
+            np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), want)
+            w = np.cos(np.arange(want.size)).reshape(want.shape)
+            ids = np.pad(np.arange(x.size).reshape(shape), pw, mode=mode)
+            ref = np.zeros(x.size)
+            np.add.at(ref, ids.ravel(), w.ravel())
+            g = adjit.grad(lambda x: np.sum(f(x) * w), backend="numpy")(x)
+            np.testing.assert_allclose(g.ravel(), ref, rtol=1e-13, atol=1e-14)
+    x = np.ones((4, 64))
+    src = adjit.compile(lambda x: np.pad(x, ((0, 0), (3, 3)), mode=mode),
+                        backend="numpy").lower(x).source
+    assert "gather" not in src and "concatenate" in src
