@@ -322,8 +322,9 @@ def pad(x, pad_width, mode="constant", **kw):
     if not isinstance(x, Tracer):
         return np.pad(x, pad_width, mode=mode, **kw)
     if mode not in _PAD_MODES or set(kw) - {"constant_values", "reflect_type"}:
-        raise UnsupportedError(f"np.pad with mode={mode!r} and {sorted(kw)}"
-                               f"{_at(user_where())}; supported modes: {', '.join(_PAD_MODES)}")
+        given = f" and {', '.join(sorted(kw))}" if kw else ""
+        raise UnsupportedError(f"np.pad with mode={mode!r}{given}{_at(user_where())}; "
+                               f"supported modes: {', '.join(_PAD_MODES)}")
     shape = tuple(_shape_of(x))
     if isinstance(pad_width, dict):    # NumPy 2.4: {axis: width}, other axes unpadded
         widths = np.zeros((len(shape), 2), np.int64)

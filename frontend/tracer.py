@@ -487,8 +487,10 @@ class Tracer:
                 "(return them, with has_aux=True for a gradient), or leave the assertion out "
                 "of the traced function.")
         from .functions import _is_weak
-        if _is_weak(self) and self.dtype.kind in "biu" and not self._from_float_input():
-            d = self.ctx.graph[self.id]
+        d = self.ctx.graph[self.id]
+        if self.dtype.kind in "biu" and (_is_weak(self) or d["op"] == "input" and not
+                                         self.shape) and not self._from_float_input():
+            # a Python int argument, or an np.int64 one (range(n) with n = np.int64(3))
             which = (f"the value of the argument {d['name']!r}" if d["op"] == "input"
                      else "a value computed from Python int arguments")
             raise TraceError(

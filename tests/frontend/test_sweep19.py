@@ -253,3 +253,15 @@ def test_pad_modes_join_slices_and_their_gradients_add_them(mode):
     src = adjit.compile(lambda x: np.pad(x, ((0, 0), (3, 3)), mode=mode),
                         backend="numpy").lower(x).source
     assert "gather" not in src and "concatenate" in src
+
+
+def test_an_np_int64_count_argument_is_named_with_static_argnums():
+    def f(x, n):
+        s = 0.0
+        for i in range(n):
+            s = s + x[i]
+        return s
+    with pytest.raises(adjit.TraceError, match=r"argument 'n'.*static_argnums"):
+        adjit.grad(f)(np.ones(4), np.int64(3))
+    with pytest.raises(adjit.UnsupportedError, match=r"mode='mean' at .*supported modes"):
+        adjit.grad(lambda x: np.sum(np.pad(x, 1, mode="mean")))(np.ones(4))
