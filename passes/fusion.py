@@ -65,6 +65,9 @@ class _Fuser:
         # their number is bounded
         self.reads = {n: {a for a in g.args(n) if not _inlined(g, a)}
                       for n in self.members} if max_inputs else None
+        # group root -> the nodes outside the unit that read it (its members' users): the
+        # cycle search walks these, not every member's users
+        self.ext = {n: set(self.users[n]) - {n} for n in self.members}
         self.reduces = {}             # group root -> reduction nodes joined to it
         self.red_root = {}            # reduction node -> the root of the group it joined
         # A topological order of the units (groups, and nodes outside groups), kept valid as
@@ -92,6 +95,7 @@ class _Fuser:
         if self.reads is not None:
             self.reads[a] = (self.reads[a] | self.reads.pop(b)) - self.sets[a]
         self.reduces.setdefault(a, []).extend(self.reduces.pop(b, []))
+        self.ext[a] = (self.ext[a] | self.ext.pop(b)) - self.sets[a] - set(self.reduces[a])
         return a
 
     def _unit(self, root):
@@ -110,33 +114,36 @@ class _Fuser:
         else:
             yield root
 
+    def _readers(self, x):
+        """The nodes outside unit x that read it."""
+        return self.ext[x] if x in self.ext else self.users[x]
+
     def _between(self, a, b):
         """(cycle, D) for merging unit a into unit b (pos[a] < pos[b], a feeds b): cycle is
         whether a path leaves a and enters b through another unit; D are the units between
         them that a reaches (they must move after the merged unit)."""
         pb = self.pos[b]
-        if all(self._root(w) == b for m in self._members(a) for w in self.users[m]):
+        if all(self._root(w) == b for w in self._readers(a)):
             return False, []        # b is a's only reader: no path can leave and come back
         seen, stack, reached = {a, b}, [a], []
         while stack:
             x = stack.pop()
-            for m in self._members(x):
-                for w in self.users[m]:
-                    y = self._root(w)
-                    if y == b:
-                        if x != a:
-                            return True, None
-                        continue
-                    if y in seen or self.pos[y] > pb:
-                        continue
-                    if len(seen) > SEARCH_LIMIT:
-                        # far apart with much work between: do not merge (such a merge would
-                        # also keep a's arguments alive over that work); this bounds the
-                        # search, which made fusing long unrolled loops quadratic
+            for w in self._readers(x):
+                y = self._root(w)
+                if y == b:
+                    if x != a:
                         return True, None
-                    seen.add(y)
-                    reached.append(y)
-                    stack.append(y)
+                    continue
+                if y in seen or self.pos[y] > pb:
+                    continue
+                if len(seen) > SEARCH_LIMIT:
+                    # far apart with much work between: do not merge (such a merge would
+                    # also keep a's arguments alive over that work); this bounds the
+                    # search, which made fusing long unrolled loops quadratic
+                    return True, None
+                seen.add(y)
+                reached.append(y)
+                stack.append(y)
         return False, reached
 
     def _holds_longer(self, a, b):
@@ -234,6 +241,7 @@ class _Fuser:
             assert not cycle, "a reduction reads one value"
             self.reduces.setdefault(root, []).append(r)
             self.red_root[r] = root
+            self.ext[root] = (self.ext[root] | set(self.users[r])) - {r}
             self._place(root, r, root, reached)
 
     # -- building the new graph -----------------------------------------------------------
