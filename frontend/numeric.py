@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir.errors import ShapeError, UnsupportedError
+from ..ir.ops import OPS
 from . import composites as C
 from . import functions as F
 from .tracer import Tracer, _at, user_where
@@ -296,10 +297,11 @@ def select(condlist, choicelist, default=0):
 
 
 def piecewise(x, condlist, funclist, *args, **kw):
-    """funclist[i](x) (or the constant funclist[i]) where condlist[i] holds, later pieces
-    winning, 0 elsewhere, as np.piecewise. Caveat, as in JAX: every function runs on all of
-    x, and the pieces are chosen with np.where; where a function is undefined (log of a
-    negative, 1 / 0) outside its piece, guard its argument, or NaN reaches the gradient.
+    """funclist[i](x[condlist[i]]) (or the constant funclist[i]) where condlist[i] holds,
+    later pieces winning, 0 elsewhere, as np.piecewise. With a traced condition every
+    function runs on all of x and the pieces are chosen with np.where (as in JAX), so the
+    functions must be elementwise (others are refused); the where trap keeps a function's
+    undefined values outside its piece (log of a negative) out of the gradient.
 
     >>> import numpy as np, adjit
     >>> adjit.compile(lambda x: np.piecewise(x, [x < 0, x >= 0], [lambda v: -v, lambda v: v ** 2]),
@@ -328,11 +330,61 @@ def piecewise(x, condlist, funclist, *args, **kw):
         raise ShapeError(f"np.piecewise: with {n} condition(s), either {n} or {n + 1} "
                          f"functions are expected, got {n2}{_at(user_where())}")
     dt = _dtype_of(x)
+    shape = tuple(_shape_of(x))
     out = F.zeros_like(x)
     for cond, func in zip(conds, funclist):
-        value = func(x, *args, **kw) if isinstance(func, Callable) else func
-        out = F.where(cond, F.cast(value, dt), out)
-    return F.broadcast_to(out, _shape_of(x))
+        if not isinstance(func, Callable):
+            out = F.where(cond, F.cast(func, dt), out)
+        elif nd and not isinstance(cond, Tracer):
+            # a constant condition: func(x[cond]) as NumPy calls it (a function of the whole
+            # piece, t - t.mean(), sees that piece), placed at the condition's positions
+            pos = np.flatnonzero(np.broadcast_to(cond, shape))
+            if not pos.size:
+                continue            # NumPy does not call func on an empty piece
+            value = func(F.getitem(x, np.broadcast_to(cond, shape)), *args, **kw)
+            value = F.broadcast_to(F.cast(value, dt), (pos.size,))
+            placed = F.reshape(F.scatter_add(value, [pos], (("a", 0),),
+                                             (int(np.prod(shape)),)), shape)
+            out = F.where(cond, placed, out)
+        else:
+            # a traced condition: the piece's length depends on the data, so func runs on all
+            # of x and the piece is selected, which is NumPy's result for elementwise
+            # functions only (checked: anything else is refused)
+            xt = x if isinstance(x, Tracer) else F.const(np.asarray(x))
+            mark = xt.ctx.graph._next
+            value = func(xt, *args, **kw)
+            _elementwise_of(value, xt, mark, nd)
+            out = F.where(cond, F.cast(value, dt), out)
+    return F.broadcast_to(out, shape)
+
+
+def _elementwise_of(value, x, mark, nd):
+    """Refuse a piecewise function that is not elementwise in x (its value at one position
+    depends on others, or on the piece's size), which np.piecewise with a traced condition
+    would call on x[cond]."""
+    if not isinstance(value, Tracer) or not nd:
+        return
+    g, todo, seen = value.ctx.graph, [value.id], set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n < mark:
+            continue
+        seen.add(n)
+        d = g[n]
+        kind = OPS[d["op"]].kind
+        ok = kind == "elementwise" or (
+            d["op"] == "broadcast_to" and int(np.prod(g[d["args"][0]]["shape"])) == 1) or (
+            d["op"] == "const" and np.ptp(np.asarray(d["attrs"]["value"]).astype(float)
+                                          if np.size(d["attrs"]["value"]) else 0) == 0)
+        if not ok:
+            raise UnsupportedError(
+                f"np.piecewise with a traced condition{_at(d['where'] or user_where())}: NumPy "
+                "calls each function on x[cond], whose length depends on the data; adjit calls "
+                "it on all of x and selects, which gives NumPy's numbers only for elementwise "
+                f"functions, and this one is not ({d['op']}: it reduces, reorders, indexes or "
+                "reads the piece's size). Write np.where(cond, f(x), ...) with f written for "
+                "the whole array")
+        todo.extend(d["args"])
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):

@@ -265,3 +265,31 @@ def test_an_np_int64_count_argument_is_named_with_static_argnums():
         adjit.grad(f)(np.ones(4), np.int64(3))
     with pytest.raises(adjit.UnsupportedError, match=r"mode='mean' at .*supported modes"):
         adjit.grad(lambda x: np.sum(np.pad(x, 1, mode="mean")))(np.ones(4))
+
+
+_V = np.array([-1.2, 0.4, 2.0, -0.3, 1.1, 0.9])
+
+
+@pytest.mark.parametrize("fn", [
+    # a constant condition: each function sees its piece, as NumPy calls it
+    lambda v: np.sum(np.piecewise(v, [np.arange(6) < 2], [lambda t: t - t.mean(),
+                                                           lambda t: 2 * t]) * np.arange(6)),
+    lambda v: np.piecewise(v, [np.arange(6) > 10], [lambda t: t.mean()]),
+    lambda v: np.piecewise(v, [v > 0, np.arange(6) < 2], [lambda t: t ** 2, lambda t: t.sum()]),
+    # traced conditions with elementwise functions
+    lambda v: np.piecewise(v, [v < 0, v >= 0], [lambda t: -t, lambda t: t ** 2 + np.sin(t)]),
+    lambda v: np.piecewise(v, [v > 0], [lambda t: np.clip(t, 0.5, 1.0) + 2 * t,
+                                        lambda t: np.where(t < -1, t, 0.5)]),
+])
+def test_piecewise_calls_each_function_as_numpy_does(fn):
+    np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(_V), fn(_V))
+    w = np.cos(np.arange(np.size(fn(_V)))).reshape(np.shape(fn(_V)))
+    assert adjit.gradcheck(lambda v: np.sum(fn(v) * w), _V) < 1e-7
+
+
+@pytest.mark.parametrize("func", [lambda t: t - t.mean(), lambda t: t * np.arange(t.size),
+                                  lambda t: np.sort(t)])
+def test_piecewise_with_a_traced_condition_refuses_functions_of_the_whole_piece(func):
+    f = lambda v: np.sum(np.piecewise(v, [v > 0], [func, 0.0]))  # noqa: E731
+    with pytest.raises(adjit.UnsupportedError, match="only for elementwise functions"):
+        adjit.compile(f)(_V)
