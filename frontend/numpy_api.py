@@ -858,7 +858,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         if isinstance(target, B.Buffer) and method == "__call__":
-            target[...] = array_ufunc(ufunc, method, inputs, kwargs)
+            r = array_ufunc(ufunc, method, inputs, kwargs)
+            _check_cast(r, target, "same_kind", f"np.{ufunc.__name__}(..., out=x)")
+            target[...] = r
             return target
         if not isinstance(target, Tracer):
             raise UnsupportedError(
@@ -1150,7 +1152,21 @@ def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return r
 
 
+def _check_cast(src, dst, casting, what):
+    """NumPy's casting rule for writing src into dst (np.copyto's same_kind, putmask's safe);
+    Python numbers are weak and cast, as in NumPy."""
+    if isinstance(src, (bool, int, float)) and not isinstance(src, np.generic) or (
+            isinstance(src, Tracer) and F._is_weak(src)):
+        return
+    src_dt = F._dtype_of(B.resolve(src)) if _holds_tracer(src) else np.asarray(src).dtype
+    dst_dt = F._dtype_of(B.resolve(dst)) if _holds_tracer(dst) else np.asarray(dst).dtype
+    if not np.can_cast(src_dt, dst_dt, casting):
+        raise TypeError(f"{what}: cannot cast {src_dt} to {dst_dt} according to the rule "
+                        f"{casting!r}{_at(user_where())} (as NumPy)")
+
+
 def _copyto(dst, src, casting="same_kind", where=True):
+    _check_cast(src, dst, casting, "np.copyto")
     if where is True:
         _setitem(dst, Ellipsis, src)
     else:
@@ -1168,6 +1184,7 @@ def _put(a, ind, v, mode="raise"):
 
 
 def _putmask(a, mask, values):
+    _check_cast(values, a, "safe", "np.putmask")
     if int(np.prod(F._shape_of(values), dtype=np.int64)) != 1 and \
             F._shape_of(values) != a.shape:
         _unsupported("putmask with values that repeat to fill the mask (give one value or "

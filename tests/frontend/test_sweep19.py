@@ -293,3 +293,28 @@ def test_piecewise_with_a_traced_condition_refuses_functions_of_the_whole_piece(
     f = lambda v: np.sum(np.piecewise(v, [v > 0], [func, 0.0]))  # noqa: E731
     with pytest.raises(adjit.UnsupportedError, match="only for elementwise functions"):
         adjit.compile(f)(_V)
+
+
+@pytest.mark.parametrize("write", [
+    lambda z, v: np.copyto(z, v),
+    lambda z, v: np.putmask(z, z == 0, v),
+    lambda z, v: np.add(v, 1.0, out=z),
+])
+def test_writing_floats_into_an_integer_array_made_inside_raises_as_numpy(write):
+    def f(v):
+        z = np.zeros(3, int)
+        write(z, v)
+        return z
+    with pytest.raises(TypeError):
+        f(np.ones(3))
+    with pytest.raises(TypeError, match="cannot cast float64 to int64"):
+        adjit.compile(f)(np.ones(3))
+
+
+def test_python_numbers_are_cast_into_an_integer_array_made_inside_as_numpy():
+    def f(v):
+        z = np.zeros(3, int)
+        np.putmask(z, z == 0, 1.5)
+        np.copyto(z[:1], 2)
+        return z * v
+    np.testing.assert_array_equal(adjit.compile(f)(np.ones(3)), f(np.ones(3)))
