@@ -897,6 +897,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             isinstance(r, Tracer) and r.base is not None) else r
     if method == "at" and ufunc in (np.add, np.subtract):
         return _ufunc_at(ufunc, *inputs)
+    if method == "at" and ufunc in UFUNCS and not kwargs and ufunc.nin in (1, 2) and \
+            ufunc.nout == 1:
+        return _ufunc_at_rounds(ufunc, *inputs)
     if (method == "__call__" and not kwargs and ufunc.__name__ in _SCIPY_SPECIAL
             and getattr(np, ufunc.__name__, None) is not ufunc):
         # SciPy's loops are float32 and float64: integers and booleans take float64
@@ -969,6 +972,53 @@ def _ufunc_at(ufunc, a, indices, b=None):
         val = F.neg(val)
     summed = F.scatter_add(F.reshape(val, (-1,)), [flat], (("a", 0),), (a.size,))
     _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
+
+
+def _ufunc_at_rounds(ufunc, a, indices, b=None):
+    """np.maximum.at(a, idx, b) & co. (any other ufunc) at constant positions: unbuffered, as
+    NumPy, so a position named k times is updated k times in order. Round r applies the r-th
+    occurrence of every position at once (no position repeats within a round)."""
+    name = f"np.{ufunc.__name__}.at"
+    if not isinstance(a, Tracer):
+        raise UnsupportedError(
+            f"{name}(a, ...) would write traced values into the NumPy array a"
+            f"{_at(user_where())}; create a inside the function (np.zeros...)")
+    if (b is None) != (ufunc.nin == 1):
+        raise TypeError(f"{name}: {'no' if ufunc.nin == 1 else 'a'} value is expected"
+                        f"{_at(user_where())}")
+    if F.traced_positions(a, indices) is not None:
+        raise UnsupportedError(
+            f"{name} at positions computed from traced values{_at(user_where())}: only "
+            "np.add.at and np.subtract.at accumulate at traced labels; give constant positions")
+    pos, val = F.index_target(a, indices, b if b is not None else 0)
+    flat_pos = pos.reshape(-1)
+    vals = F.reshape(val, (-1,)) if b is not None else None
+    # the occurrence number of each entry among the entries naming its position
+    order = np.argsort(flat_pos, kind="stable")
+    sorted_pos = flat_pos[order]
+    first = np.r_[0, np.flatnonzero(np.diff(sorted_pos)) + 1] if sorted_pos.size else \
+        np.zeros(0, np.intp)
+    occ_sorted = np.arange(sorted_pos.size) - np.repeat(first, np.diff(np.r_[first,
+                                                                            sorted_pos.size]))
+    occ = np.empty_like(occ_sorted)
+    occ[order] = occ_sorted
+    flat = F.reshape(a, (-1,))
+    for r in range(int(occ.max()) + 1 if occ.size else 0):
+        sel = np.flatnonzero(occ == r)
+        tgt = flat_pos[sel]
+        cur = F.getitem(flat, tgt)
+        new = ufunc(cur) if b is None else ufunc(cur, F.getitem(vals, sel))
+        if F._dtype_of(new) != a.dtype:
+            if not np.can_cast(F._dtype_of(new), a.dtype, "same_kind"):
+                raise TypeError(f"{name}: cannot cast {F._dtype_of(new)} to {a.dtype} "
+                                f"according to the rule 'same_kind'{_at(user_where())} (as "
+                                "NumPy)")
+            new = F.cast(new, a.dtype)
+        placed = F.scatter_add(new, [tgt], (("a", 0),), (a.size,))
+        mask = np.zeros(a.size, bool)
+        mask[tgt] = True
+        flat = F.where(mask, placed, flat)
+    _store(a, F.reshape(flat, a.shape), name)
 
 
 def _entr(x):

@@ -318,3 +318,29 @@ def test_python_numbers_are_cast_into_an_integer_array_made_inside_as_numpy():
         np.copyto(z[:1], 2)
         return z * v
     np.testing.assert_array_equal(adjit.compile(f)(np.ones(3)), f(np.ones(3)))
+
+
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum, np.multiply, np.divide, np.power,
+                                   np.fmax, np.logaddexp])
+def test_ufunc_at_applies_each_occurrence_in_order_as_numpy(ufunc):
+    idx = np.array([0, 2, 2, 1, 2, 0])
+
+    def f(v):
+        o = np.full(3, 0.75)
+        ufunc.at(o, idx, np.abs(v) + 0.5)
+        return o
+    v = np.cos(np.arange(6.0) * 1.3)
+    np.testing.assert_allclose(adjit.compile(f)(v), f(v), rtol=1e-14)
+    assert adjit.gradcheck(lambda v: np.sum(f(v) * np.array([1.0, -2.0, 3.0])), v) < 1e-7
+
+
+def test_unary_and_two_dimensional_ufunc_at():
+    def f(v):
+        o = v[:3] * 1.0
+        np.negative.at(o, [0, 0, 1])
+        z = np.zeros((2, 3))
+        np.maximum.at(z, (np.array([0, 0, 1]), np.array([1, 1, 2])), v[:3])
+        return o, z
+    v = np.array([0.3, -0.2, 0.7, 0.1])
+    for got, want in zip(adjit.compile(f)(v), f(v)):
+        np.testing.assert_array_equal(got, want)
