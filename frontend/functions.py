@@ -523,6 +523,37 @@ def _getitem(x, key):
     return slice_(x, key)
 
 
+def basic_positions(shape, index):
+    """The flat positions (C order) of the elements x[index] reads, for a basic index (ints,
+    slices, None) of an array of this shape, in the order of the result: O(result), not
+    O(x), so a slice of a large array costs what it reads."""
+    shape = tuple(int(d) for d in shape)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    index = tuple(index) + (slice(None),) * (len(shape) - len([k for k in index if k is not None]))
+    offset, axes, dim = 0, [], 0
+    for k in index:
+        if k is None:
+            axes.append(np.zeros(1, np.int64))
+            continue
+        if isinstance(k, slice):
+            axes.append(np.arange(*k.indices(shape[dim]), dtype=np.int64) * strides[dim])
+        else:
+            offset += (int(k) % shape[dim]) * strides[dim]
+        dim += 1
+    pos = np.asarray(offset, np.int64)
+    for i, a in enumerate(axes):
+        pos = pos[..., None] + a.reshape((1,) * i + (-1,)) if i else pos + a
+    return pos.reshape(-1)
+
+
+def place_add(pieces, indices, shape):
+    """Zeros of `shape` with each piece added at its basic index."""
+    return _index_op("place_add", list(pieces), {"indices": tuple(tuple(ix) for ix in indices),
+                                                "shape": tuple(shape)})
+
+
 def flat_positions(shape):
     """Each element's flat position, for arrays of this shape (read-only; cached for the
     sizes loops assign into again and again, made anew for large ones)."""

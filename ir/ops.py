@@ -628,7 +628,27 @@ _register(OpDef(
     lambda g, out, x, index, shape: [F.slice_(g, index)],
     lambda t, out, x, index, shape: F.unslice(t[0], index, shape), None,
     doc="zeros of `shape` with the argument written at `index` (the VJP of slice)",
-    places=lambda a: np.asarray(F.flat_positions(a["shape"])[a["index"]]).reshape(-1)))
+    places=lambda a: F.basic_positions(a["shape"], a["index"])))
+def _place_add(*pieces, indices, shape):
+    z = np.zeros_like(pieces[0], shape=shape)       # a CuPy piece makes a CuPy array
+    for p, index in zip(pieces, indices):
+        z[index] += p
+    return z
+
+
+def _place_add_jvp(t, out, *xs, indices, shape):
+    kept = [(ti, ix) for ti, ix in zip(t, indices) if ti is not None]
+    if not kept:
+        return None
+    return F.place_add([ti for ti, _ in kept], [ix for _, ix in kept], shape)
+
+
+_register(OpDef(
+    "place_add", None, "layout", lambda s, a: tuple(a["shape"]), first_dtype, _place_add,
+    lambda g, out, *xs, indices, shape: [F.slice_(g, ix) for ix in indices],
+    _place_add_jvp, None, flops=lambda out, ins, a: sum(_numel(s) for s in ins),
+    doc="zeros of `shape` with each argument added at its index (the cotangent of several "
+        "slices of one array that overlap: x[1:] and x[:-1])"))
 _register(OpDef(
     "concatenate", None, "layout", concat_shape, first_dtype,
     lambda *xs, axis: np.concatenate(xs, axis=axis),

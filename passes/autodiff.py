@@ -237,10 +237,19 @@ class _Cotangents:
         rest = [t for t in parts if OPS[g[t.id]["op"]].places is None]
         total = None
         if len(pieces) > 1:
-            placed, rest = self._disjoint(pieces, rest)
+            placed, over = self._disjoint(pieces)
             total = self._place(placed) if len(placed) > 1 else None
             if total is None:
-                rest = placed + rest
+                over = placed + over
+            if len(over) > 1:
+                # overlapping slices (x[1:] and x[:-1]): added into one array of zeros, not
+                # one zero-filled array each
+                a = [g[t.id]["attrs"] for t in over]
+                summed = F.place_add([Tracer(self.ctx, g[t.id]["args"][0]) for t in over],
+                                     [x["index"] for x in a], a[0]["shape"])
+                total = summed if total is None else F.add(total, summed)
+            else:
+                rest = over + rest
         else:
             rest = pieces + rest
         for t in rest:
@@ -271,18 +280,19 @@ class _Cotangents:
         d = self.ctx.graph[t.id]
         return OPS[d["op"]].places(d["attrs"])
 
-    def _disjoint(self, pieces, rest):
-        """(pieces that do not overlap, the others added to rest): greedy, in order."""
+    def _disjoint(self, pieces):
+        """(pieces that do not overlap, the others): greedy, in order. A piece is a basic
+        slice, so its own positions never repeat."""
         taken = np.zeros(int(np.prod(pieces[0].shape, dtype=np.int64)), bool)
-        placed, rest = [], list(rest)
+        placed, over = [], []
         for t in pieces:
             pos = self._positions(t)
-            if not taken[pos].any() and len(np.unique(pos)) == len(pos):
+            if not taken[pos].any():
                 taken[pos] = True
                 placed.append(t)
             else:
-                rest.append(t)  # overlapping pieces add up
-        return placed, rest
+                over.append(t)  # overlapping pieces add up
+        return placed, over
 
     def _place(self, pieces):
         g = self.ctx.graph
@@ -294,11 +304,21 @@ class _Cotangents:
         n, size = len(flat_pos), int(np.prod(shape, dtype=np.int64))
         if n == size and np.array_equal(flat_pos, np.arange(size)):
             return F.reshape(F.concatenate(srcs, 0), shape)
+        if len(pieces) <= _FEW or size > _GATHER_MAX:
+            # a few pieces (or a large array): added into zeros at their slices, where a
+            # gather would read a constant index table as large as the array
+            a = [g[t.id]["attrs"] for t in pieces]
+            return F.place_add([Tracer(self.ctx, g[t.id]["args"][0]) for t in pieces],
+                               [x["index"] for x in a], shape)
         dtype = g[pieces[0].id]["dtype"]
         idx = np.full(size, n, np.intp)  # n: the zero after the pieces
         idx[flat_pos] = np.arange(n)
         flat = F.concatenate(srcs + [F.zeros((1,), dtype)], 0)
         return F.reshape(F.gather(flat, [idx], (("a", 0),)), shape)
+
+
+_FEW = 8                # pieces placed by adding them into zeros, not by one gather
+_GATHER_MAX = 1 << 20   # elements beyond which pieces are never placed by a gather
 
 
 def _name_cotangent(ctx, t, d):

@@ -181,6 +181,11 @@ TABLE = {
               "inputs": [[((4, 6), "any")], [((3, 4, 2), "any")]]},
     "unslice": {"fn": lambda x: F.unslice(x, (slice(1, 3), slice(None)), (5, 4)) * 3.0,
                 "inputs": [[((2, 4), "any")]]},
+    # overlapping pieces added into zeros (the cotangent of x[1:] and x[:-1])
+    "place_add": {"fn": lambda x, y: F.place_add(
+        [x, y * y, x[::-1]], [(slice(1, 3), slice(None)), (slice(0, 3), slice(1, 3)),
+                              (slice(2, 4), slice(None, None, -1))], (5, 4)) * 3.0,
+                  "inputs": [[((2, 4), "any"), ((3, 2), "any")]]},
     "concatenate": {"fn": lambda x, y: np.concatenate([x, y * y, x], axis=-1),
                     "inputs": [[(VEC, "any"), ((3,), "any")], [(MAT, "any"), ((3, 2), "any")]]},
     "gather": {"fn": _gather, "inputs": [[(MAT, "any")]]},
