@@ -85,14 +85,15 @@ class OpDef:
     places: Callable | None = None
     # the where trap, read by passes/autodiff.py: selects=True for an op whose VJP gives an
     #   argument a cotangent that is exactly 0 where that argument was not selected (where);
-    #   blows_up=True for an op whose result can be inf or nan from finite arguments (log at
+    #   blows_up=True (or a function of the arguments' constant values, None where not
+    #   constant) for an op whose result can be inf or nan from finite arguments (log at
     #   0, exp past overflow, x / 0, sqrt of a negative); guard=True for an op whose VJP
     #   scales the cotangent by something computed from its arguments (0 * inf is nan).
     #   Behind a selection of a branch that can blow up, guarded VJPs keep 0 where the
     #   incoming cotangent is 0, so np.where(x > 0, np.log(x), 0) has finite gradients (JAX
     #   and PyTorch give nan)
     selects: bool = False
-    blows_up: bool = False
+    blows_up: bool | Callable = False
     guard: bool = False
     # integers only (the bitwise operations; the frontend refuses floats, as NumPy does)
     integer_only: bool = False
@@ -1181,6 +1182,10 @@ for _name in ("where", "gather", "slice", "max"):
 for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow",
               "arcsin", "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
     OPS[_name].blows_up = True
+# by a constant, a division is a product (x / 3.0 only overflows, as x * 3.0), and a power with
+# whole non-negative exponents one too (x ** 2); the argument is None where not constant
+OPS["div"].blows_up = lambda x, y: y is None or not (np.isfinite(y).all() and (y != 0).all())
+OPS["pow"].blows_up = lambda x, y: y is None or not ((y >= 0).all() and (y == np.round(y)).all())
 # every elementwise op but those passing the cotangent on unscaled: sin(log(0)) would
 # evaluate cos(-inf) in sin's VJP
 for _name, _op in OPS.items():

@@ -357,3 +357,17 @@ def test_overlapping_slices_of_a_large_array_compile_in_time_that_ignores_its_si
     assert sum("place_add" in line for line in code) == 1       # one zeros array, not two
     small = np.linspace(-1.0, 1.5, 40)
     assert adjit.gradcheck(rosen, small) < 1e-6
+
+
+def test_division_by_a_constant_adds_no_nan_guards_to_the_backward():
+    f = lambda x: np.sum(np.sin((x / 3.0)[1:]) * 0.5 + (x ** 2)[:-1])  # noqa: E731
+    code = [line for line in adjit.value_and_grad(f, backend="numpy").lower(np.ones(10))
+            .source.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("where" in line for line in code)
+    assert adjit.gradcheck(f, np.linspace(0.0, 1.0, 10)) < 1e-7
+    # a traced divisor, a zero constant, a negative power still guard the branch not taken
+    x = np.array([0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(
+        adjit.grad(lambda x: np.sum(np.where(x > 0.5, 1.0 / x, 0)))(x), [0, -1, -0.25])
+    np.testing.assert_array_equal(
+        adjit.grad(lambda x: np.sum(np.where(x > 0.5, x ** -1.0, 0)))(x), [0, -1, -0.25])
