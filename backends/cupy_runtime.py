@@ -205,9 +205,12 @@ def device_ops(rt):
         z[index] = g
         return z
 
-    def scatter_add(g, *idx, key, shape):
+    def scatter_add(g, *idx, key, shape, unique=False):
         z = xp.zeros(shape, dtype=g.dtype)
-        _add_at(xp)(z, _build_key(key, idx), g)
+        if unique:
+            z[_build_key(key, idx)] = g
+        else:
+            _add_at(xp)(z, _build_key(key, idx), g)
         return z
 
     def one_hot(labels, num_classes, dtype):

@@ -457,8 +457,12 @@ def gather(x, idx, key):
     return _index_op("gather", [x] + list(idx), {"key": key})
 
 
-def scatter_add(g, idx, key, shape):
-    return _index_op("scatter_add", [g] + list(idx), {"key": key, "shape": tuple(shape)})
+def scatter_add(g, idx, key, shape, unique=False):
+    """Zeros of `shape` with g added at key; unique: no position repeats (then assigned)."""
+    attrs = {"key": key, "shape": tuple(shape)}
+    if unique:
+        attrs["unique"] = True
+    return _index_op("scatter_add", [g] + list(idx), attrs)
 
 
 def getitem(x, key):
