@@ -32,6 +32,17 @@ _state = threading.local()
 # collected writes whose result is at most this many contiguous runs of the old value and
 # the written ones are joined from slices (else one gather)
 _RUNS = 8
+_BOXES = 4      # collected writes placed box by box (see Tracer._boxes) at most
+
+
+def _is_zero_const(g, n):
+    """Is node n a constant of zeros (seen through broadcasts and reshapes)?"""
+    while g[n]["op"] in ("broadcast_to", "reshape"):
+        n = g[n]["args"][0]
+    if g[n]["op"] != "const":
+        return False
+    v = np.asarray(g[n]["attrs"]["value"])
+    return v.dtype.kind in "biuf" and not v.any() and not np.signbit(v).any()
 _STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 
 
@@ -376,11 +387,52 @@ class Tracer:
                 flat = parts[0] if len(parts) == 1 else self._node(
                     "concatenate", parts, {"axis": 0}, where)
             else:
+                boxed = self._boxes(base_id, writes, where)
+                if boxed is not None:
+                    self._id = boxed
+                    return
                 c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
                                        {"value": idx, "dtype": idx.dtype}, None, where)
                 flat = self._node("gather", [flat, c], {"key": (("a", 0),)}, where)
         self._id = flat if self.shape == (size,) else self._node("reshape", [flat],
                                                                   {"shape": self.shape}, where)
+
+    def _boxes(self, base_id, writes, where):
+        """A few writes that each fill a box of the array in C order (u[1:-1, 1:-1] = x, a
+        column, a border row) as one unslice each, selected over the old value (nothing to
+        select over a fresh zeros array): one strided copy per write, where a gather would
+        read an index table as large as the array. None when the writes are not such."""
+        if len(writes) > _BOXES or not self.shape:
+            return None
+        from .functions import basic_positions
+        boxes = []
+        for pos, vid, _ in writes:
+            coords = np.unravel_index(pos, self.shape)
+            lo = [int(c.min()) for c in coords]
+            hi = [int(c.max()) + 1 for c in coords]
+            index = tuple(slice(a, b) for a, b in zip(lo, hi))
+            box = tuple(b - a for a, b in zip(lo, hi))
+            if int(np.prod(box)) != pos.size or not np.array_equal(
+                    pos, basic_positions(self.shape, index)):
+                return None
+            boxes.append((index, box, vid))
+        g = self.ctx.graph
+        cur = base_id if g[base_id]["shape"] == self.shape else self._node(
+            "reshape", [base_id], {"shape": self.shape}, where)
+        zeros = _is_zero_const(g, base_id)
+        for k, (index, box, vid) in enumerate(boxes):
+            if g[vid]["shape"] != box:
+                vid = self._node("reshape", [vid], {"shape": box}, where)
+            placed = self._node("unslice", [vid], {"index": index, "shape": self.shape}, where)
+            if k == 0 and zeros:
+                cur = placed
+                continue
+            mask = np.zeros(self.shape, bool)
+            mask[index] = True
+            m = g.add("const", [], mask.shape, mask.dtype, {"value": mask, "dtype": mask.dtype},
+                      None, where)
+            cur = self._node("where", [m, placed, cur], {}, where)
+        return cur
 
     def _rederive(self):
         b = self.base
