@@ -5,6 +5,7 @@ after the parameters and pytree paths) and whose outputs are the leaves of fn's 
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -19,6 +20,20 @@ from .tracer import (_INTERNAL, _INTERNAL_FILES, _LIBRARIES, _SCIPY, TraceContex
                      _at, user_where, where_override)
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
+
+
+def _definition(fn):
+    """Where the user's function is defined (its inputs' place in printed IR and code)."""
+    try:
+        f = inspect.unwrap(fn)
+    except ValueError:
+        return None
+    while isinstance(f, functools.partial):
+        f = inspect.unwrap(f.func)
+    code = getattr(f, "__code__", None)
+    if code is None or code.co_filename.startswith(_ADJIT_DIRS):
+        return None
+    return Where(code.co_filename, code.co_firstlineno)
 
 
 def arg_names(fn, n):
@@ -157,6 +172,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
     static = {static_argnums} if isinstance(static_argnums, (int, np.integer)) else \
         set(static_argnums)
     names = arg_names(fn, len(args))
+    defined = _definition(fn)
     ctx = TraceContext(differentiated)
     call_args = []
     in_trees = []
@@ -171,7 +187,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             tracers = []
             for leaf, path in zip(leaves, paths):
                 shape, dtype, weak = leaf_spec(leaf, path)
-                t = ctx.input(shape, dtype, path)
+                t = ctx.input(shape, dtype, path, where=defined)
                 arg_tracers.append((path, t, t.id))
                 if weak:
                     ctx.graph[t.id]["attrs"]["weak"] = True

@@ -429,3 +429,13 @@ def test_block_writes_into_a_padded_array_are_placed_not_gathered(fn, backend):
     code = [line for line in adjit.value_and_grad(fn, backend=backend).lower(x).source
             .splitlines() if not line.lstrip().startswith("#")]
     assert not any("gather" in line for line in code)
+
+
+def test_the_sum_of_an_arguments_gradient_is_commented_with_the_functions_lines():
+    def rosen(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+    src = adjit.value_and_grad(rosen, backend="numpy").lower(np.ones(10)).source
+    here = rosen.__code__.co_firstlineno
+    lines = {int(n) for n in __import__("re").findall(r"test_sweep19.py:(\d+)", src)}
+    assert lines and lines <= {here, here + 1}, lines    # never the caller's line
+    assert "vjp of input" in src
