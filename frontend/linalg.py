@@ -82,9 +82,42 @@ def solve(a, b):
                          f"fit a of shape {a.shape}; b must be (n,) or (..., n, k) with "
                          f"n = {n}{_at(user_where())}")
     batch = F._broadcast_shape("np.linalg.solve", [a.shape[:-2], b.shape[:-2]])
-    x = _emit("solve", [F.broadcast_to(a, batch + a.shape[-2:]),
-                        F.broadcast_to(b, batch + b.shape[-2:])])
+    a, b = F.broadcast_to(a, batch + a.shape[-2:]), F.broadcast_to(b, batch + b.shape[-2:])
+    lower = _triangle(a)
+    x = _emit("solve", [a, b]) if lower is None else \
+        _emit("solve_triangular", [a, b], lower=lower)
     return F.reshape(x, x.shape[:-1]) if vector else x
+
+
+def _triangle(a):
+    """True (False) when a is a Cholesky factor (its transpose) of this trace: lower (upper)
+    triangular, so a solve with it is a triangular solve (GP likelihoods solve with L and
+    L.T). None otherwise."""
+    g, n = a.ctx.graph, a.id
+    swaps = 0
+    while True:
+        d = g[n]
+        nd = len(d["shape"])
+        if d["op"] == "transpose" and tuple(d["attrs"]["perm"]) == tuple(range(nd - 2)) + (
+                nd - 1, nd - 2):
+            swaps += 1
+        elif d["op"] not in ("broadcast_to", "stop_gradient"):
+            break
+        n = d["args"][0]
+    if g[n]["op"] == "cholesky":
+        return swaps % 2 == 0
+    return None
+
+
+def solve_triangular(a, b, lower):
+    """x with tri(a) @ x = b (b: (..., n, k)), the triangle of a chosen by lower."""
+    a, b = _float("solve", a, b)
+    return _emit("solve_triangular", [a, b], lower=bool(lower))
+
+
+def tril(x):
+    """The lower triangle of each matrix (a constant mask)."""
+    return F.mul(x, _mask(x, 1.0))
 
 
 def det(a):

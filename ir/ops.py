@@ -787,16 +787,19 @@ def _solve_jvp(t, out, a, b):
 
 
 def _cholesky_vjp(g, out, a):
-    # Murray 2016, eq. 10: a_bar = L^-T Phi(L^T L_bar) L^-1, folded onto the lower triangle
-    li = LA.inv(out)
-    p = LA.phi(F.matmul(F.swap_last(out), g))
-    return [LA.to_lower(F.matmul(F.matmul(F.swap_last(li), p), li))]
+    # Murray 2016, eq. 10: a_bar = L^-T Phi(L^T L_bar) L^-1, folded onto the lower triangle;
+    # by two triangular solves (L^-T P, then (L^-T (L^-T P)^T)^T), not an inverse
+    lt = F.swap_last(out)
+    p = LA.phi(F.matmul(lt, g))
+    y = LA.solve_triangular(lt, p, False)
+    return [LA.to_lower(F.swap_last(LA.solve_triangular(lt, F.swap_last(y), False)))]
 
 
 def _cholesky_jvp(t, out, a):
     # dL = L Phi(L^-1 dA L^-T)
-    li = LA.inv(out)
-    return F.matmul(out, LA.phi(F.matmul(F.matmul(li, LA.from_lower(t[0])), F.swap_last(li))))
+    z = LA.solve_triangular(out, LA.from_lower(t[0]), True)
+    w = F.swap_last(LA.solve_triangular(out, F.swap_last(z), True))
+    return F.matmul(out, LA.phi(w))
 
 
 def _eigh_vjp(g, out, a, part, uplo="L"):
@@ -831,6 +834,54 @@ _register(OpDef(
     "np.linalg.solve({0}, {1})",
     flops=lambda out, ins, a: _cubes(2 / 3)(out, ins, a) + 2 * _numel(out) * ins[0][-1],
     doc="x with a @ x = b for a (..., n, n) and b (..., n, k) of the same batch shape"))
+_TRI_BLOCK = 64     # diagonal blocks a blocked triangular solve factorizes
+
+
+def _solve_triangular(a, b, lower):
+    """x with tri(a) @ x = b, reading only a's lower (upper) triangle: substitution by
+    blocks, each a small dense solve of the diagonal block plus one matrix product with the
+    rows done, so O(n^2 k) work where np.linalg.solve's LU takes O(n^3). NumPy has no
+    triangular solver; written with np.* calls only, CuPy arrays run it on the GPU."""
+    n = a.shape[-1]
+    tri = np.tril if lower else np.triu
+    if n <= _TRI_BLOCK:
+        return np.linalg.solve(tri(a), b)
+    x = np.empty_like(b, dtype=np.result_type(a, b))
+    starts = list(range(0, n, _TRI_BLOCK))
+    for i in (starts if lower else starts[::-1]):
+        j = min(i + _TRI_BLOCK, n)
+        rhs = b[..., i:j, :]
+        if lower and i:
+            rhs = rhs - a[..., i:j, :i] @ x[..., :i, :]
+        elif not lower and j < n:
+            rhs = rhs - a[..., i:j, j:] @ x[..., j:, :]
+        x[..., i:j, :] = np.linalg.solve(tri(a[..., i:j, i:j]), rhs)
+    return x
+
+
+def _tri(x, lower):
+    return LA.tril(x) if lower else F.swap_last(LA.tril(F.swap_last(x)))
+
+
+def _solve_triangular_vjp(g, out, a, b, lower):
+    gb = LA.solve_triangular(F.swap_last(a), g, not lower)
+    return [F.neg(_tri(F.matmul(gb, F.swap_last(out)), lower)), gb]
+
+
+def _solve_triangular_jvp(t, out, a, b, lower):
+    rhs = _sum_t([t[1], None if t[0] is None else F.neg(F.matmul(_tri(t[0], lower), out))])
+    return LA.solve_triangular(a, rhs, lower)
+
+
+_register(OpDef(
+    "solve_triangular", 2, "linalg", solve_shape, first_dtype, _solve_triangular,
+    _solve_triangular_vjp, _solve_triangular_jvp, None,
+    flops=lambda out, ins, a: _numel(out) * ins[0][-1], show=lambda a: "lower" if a["lower"]
+    else "upper",
+    doc="x with tri(a) @ x = b, a (..., n, n) read in its lower (upper) triangle only: the "
+        "frontend's solve where a is a Cholesky factor or its transpose"))
+
+
 def _cofactor(a):
     """det(a) inv(a).T, also for singular matrices: with a = U diag(s) V^T it is
     det(U) det(V) U diag(c) V^T, c_i the product of the other singular values (prefix times

@@ -260,6 +260,12 @@ TABLE.update({
     "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},
     "cholesky": {"fn": np.linalg.cholesky, "inputs": _SPD},
+    # a solve with a Cholesky factor (and its transpose) is triangular; 70 rows take two
+    # blocks of the blocked substitution
+    "solve_triangular": {"fn": lambda a, b: np.linalg.solve(
+        np.swapaxes(np.linalg.cholesky(a), -1, -2), np.linalg.solve(np.linalg.cholesky(a), b)),
+        "inputs": [[((3, 3), "spd"), ((3,), "any")], [((2, 4, 4), "spd"), ((2, 4, 1), "any")],
+                   [((70, 70), "spd"), ((70, 2), "any")]]},
     "eigh": {"fn": _eigh, "inputs": _SPD},
     # square, tall, wide and batched: the rules have extra terms where m != n
     "svd": {"fn": _svd, "inputs": _RECT},
