@@ -34,7 +34,7 @@ from .numpy_backend import Codegen, as_array
 NAME = "numba"
 FUSES = True
 # a kernel's compile time grows with its arguments (LLVM took 25 s for one of 200)
-FUSION_OPTIONS = {"reductions": True, "max_inputs": 16}
+FUSION_OPTIONS = {"reductions": True, "max_inputs": 16, "min_size": 2}
 
 # below this many elements a group is NumPy code, not a kernel (see the module docstring)
 MIN_KERNEL_SIZE = 4096

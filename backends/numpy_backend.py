@@ -240,7 +240,7 @@ def as_array(x):
 NAME = "numpy"
 FUSES = True
 # a fused reduction would still materialise its prologue in NumPy: no gain
-FUSION_OPTIONS = {"reductions": False}
+FUSION_OPTIONS = {"reductions": False, "min_size": 2}
 # bytes a fused group's NumPy code holds besides its first result, for the schedule
 scratch_bytes = fused_numpy.scratch_bytes
 # which results it can write into a donated argument's buffer (passes/schedule.py)

@@ -10,6 +10,7 @@ edge was a fifth of the compile time.
 """
 from __future__ import annotations
 
+import math
 import linecache
 from dataclasses import dataclass
 
@@ -100,7 +101,7 @@ class Graph:
 
     def nbytes(self, nid) -> int:
         d = self._data[nid]
-        return int(np.prod(d["shape"], dtype=np.int64)) * d["dtype"].itemsize
+        return math.prod(d["shape"]) * d["dtype"].itemsize
 
     def input_names(self) -> list[str]:
         return [self[i]["name"] for i in self.inputs]

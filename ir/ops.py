@@ -108,7 +108,7 @@ def _register(op: OpDef):
 
 
 def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(int(d) for d in shape)
 
 
 # -- shape and dtype rules --------------------------------------------------------------------

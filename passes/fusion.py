@@ -8,6 +8,7 @@ Invariant: no cycle: two groups merge only when no path leaves them and comes ba
 """
 from __future__ import annotations
 
+import math
 import heapq
 
 import numpy as np
@@ -28,15 +29,18 @@ HOLD_BYTES = 1 << 16
 _WORK = frozenset(("elementwise", "reduction", "matmul", "index", "layout"))
 
 
-def fuse_elementwise(g: Graph, reductions=True, max_inputs=None) -> Graph:
+def fuse_elementwise(g: Graph, reductions=True, max_inputs=None, min_size=0) -> Graph:
     """Return a fused copy of g (g is unchanged).
 
     reductions: let sum/max of a group's value join the group (a backend whose fused code
     would materialise the prologue anyway, like NumPy's, turns this off).
     max_inputs: the most arrays a group may read (a compiled kernel's compile time grows with
     its arguments: a weight's gradient summed over 200 steps of a loop is 200 of them).
+    min_size: nodes of fewer elements stay unfused (for a backend that runs small groups as
+    the same NumPy statements anyway, fusing scalars only costs compile time: a scalar-style
+    program of 100,000 nodes spent most of its compile in the cycle search).
     """
-    f = _Fuser(g, max_inputs)
+    f = _Fuser(g, max_inputs, min_size)
     f.group_elementwise()
     if reductions:
         f.join_reductions()
@@ -54,11 +58,12 @@ def _fusion(g, n):
 
 
 class _Fuser:
-    def __init__(self, g, max_inputs=None):
+    def __init__(self, g, max_inputs=None, min_size=0):
         self.g = g
         self.max_inputs = max_inputs
         self.users = {n: g.users(n) for n in g.nodes()}
-        self.members = {n for n in g.nodes() if _fusion(g, n) == "map"}
+        self.members = {n for n in g.nodes() if _fusion(g, n) == "map"
+                        and (not min_size or _numel(g[n]["shape"]) >= min_size)}
         self.parent = {n: n for n in self.members}
         self.sets = {n: {n} for n in self.members}
         # the arrays each group reads (constants and their broadcasts are inlined), when
@@ -322,7 +327,7 @@ class _Fuser:
 
 
 def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
 
 
 def _is_scalar_const(g, n):

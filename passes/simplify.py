@@ -6,6 +6,8 @@ reshapes and casts). Node ids stay in topological order; outputs keep their posi
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir.graph import Graph
@@ -146,7 +148,7 @@ def _rewrite(new, d, args, seen):
     # array of them it calls pow), so fused and unfused programs would differ in the last bit
     if opdef.kind == "elementwise" and args and d["shape"] != () \
             and not all(new[a]["op"] == "const" and new[a]["shape"] == d["shape"]
-                        and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT
+                        and math.prod(d["shape"]) <= _FOLD_LIMIT
                         for a in args):
         consts = [uniform_value(new, a) for a in args]
         if all(c is not None for c in consts):
@@ -160,7 +162,7 @@ def _rewrite(new, d, args, seen):
     # constant folding of small values
     # broadcasts of constants stay views: folding them would materialise big arrays (a small
     # one is read as its value by a non-elementwise op: the cotangent seed's concatenate)
-    if args and op != "broadcast_to" and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT \
+    if args and op != "broadcast_to" and math.prod(d["shape"]) <= _FOLD_LIMIT \
             and all(_const_value(new, a, opdef.kind != "elementwise") is not None
                     for a in args):
         vals = [_const_value(new, a, True) for a in args]
@@ -181,6 +183,6 @@ def _const_value(g, n, broadcasts):
     if d["op"] == "const":
         return d["attrs"]["value"]
     if broadcasts and d["op"] == "broadcast_to" and g[d["args"][0]]["op"] == "const" \
-            and int(np.prod(d["shape"], dtype=np.int64)) <= _FOLD_LIMIT:
+            and math.prod(d["shape"]) <= _FOLD_LIMIT:
         return np.broadcast_to(g[d["args"][0]]["attrs"]["value"], d["shape"])
     return None

@@ -238,3 +238,16 @@ def test_unstacking_a_list_of_scalars_indexes_once_per_element():
     ops = [g[n]["op"] for n in g.nodes()]
     assert ops.count("reshape") == 8     # stacking forward, gathering x's pieces: not unstacking
     assert adjit.gradcheck(f, x) < 1e-8
+
+
+def test_scalars_stay_unfused_for_backends_that_run_small_groups_as_numpy_code():
+    import adjit
+    from adjit.backends import numba_backend, numpy_backend
+    from adjit.passes.fusion import fuse_elementwise
+    assert numpy_backend.FUSION_OPTIONS["min_size"] == numba_backend.FUSION_OPTIONS["min_size"] == 2
+    g = adjit.trace(lambda s, v: np.sin(s) * s + 1.0 + np.sum(np.exp(v) * v), np.float64(0.3),
+                    np.ones(8))
+    fused = fuse_elementwise(g, min_size=2)
+    ops = [fused[n]["op"] for n in fused.nodes()]
+    assert ops.count("fused") == 1                       # exp(v) * v and its sum
+    assert {"sin", "mul", "add"} <= set(ops)             # the 0-d work stays as it was
