@@ -179,9 +179,12 @@ class Buffer(np.ndarray):
                 del kwargs["out"]
                 (target,) = out
                 where = kwargs.pop("where", True)
+                casting = kwargs.pop("casting", "same_kind")
                 r = getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)
                 if where is not True:   # elsewhere the out array keeps its values
                     r = np.where(resolve(where), r, resolve(target))
+                from .numpy_api import _check_cast
+                _check_cast(r, target, casting, f"np.{ufunc.__name__}(..., out=x)")
                 target[...] = r
                 return target
             return getattr(ufunc, method)(*[resolve(x) for x in inputs], **kwargs)

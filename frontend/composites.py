@@ -694,6 +694,7 @@ def isfinite(x):
 
 
 def _bool(x):
+    (x,) = F._lists_as_arrays((x,))
     dt = F._dtype_of(x)
     return x if dt == np.bool_ else F.ne(x, 0)
 

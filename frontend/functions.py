@@ -130,10 +130,7 @@ def _shape_of(x):
 
 def _elementwise(op, xs, dtype=None, float_only=False):
     """Promote, lift and broadcast xs, then emit `op`; with no tracer, compute with NumPy."""
-    if any(type(x) in (list, tuple) for x in xs):
-        # [a, b] - m with a, b traced: NumPy makes the list an array first
-        from .numpy_api import _from_nested
-        xs = [_from_nested(x, np.asarray) if type(x) in (list, tuple) else x for x in xs]
+    xs = _lists_as_arrays(xs)
     if not any(isinstance(x, Tracer) for x in xs):
         return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
     ctx = _ctx(xs)
@@ -202,7 +199,16 @@ def _stop_gradient(x):
     return _elementwise("stop_gradient", [x])
 
 
+def _lists_as_arrays(xs):
+    """[a, b] - m, [a, b] > m with a, b traced: NumPy makes a list operand an array first."""
+    if not any(type(x) in (list, tuple) for x in xs):
+        return xs
+    from .numpy_api import _from_nested
+    return [_from_nested(x, np.asarray) if type(x) in (list, tuple) else x for x in xs]
+
+
 def _compare(op, x, y):
+    x, y = _lists_as_arrays((x, y))
     if not any(isinstance(v, Tracer) for v in (x, y)):
         return OPS[op].numpy(x, y)
     ctx = _ctx([x, y])
@@ -237,6 +243,7 @@ def where(cond, x, y):
     >>> adjit.where(np.array([1.0, -2.0]) > 0, 1.0, 0.0)
     array([1., 0.])
     """
+    cond, x, y = _lists_as_arrays((cond, x, y))
     if not any(isinstance(v, Tracer) for v in (cond, x, y)):
         return np.where(cond, x, y)
     ctx = _ctx([cond, x, y])

@@ -823,8 +823,9 @@ def _weak_value(t):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
-    for k in ("casting", "order", "subok"):
-        kwargs.pop(k, None)   # results are stored with the out array's dtype; layouts are free
+    casting = kwargs.pop("casting", "same_kind")    # checked where results are stored
+    for k in ("order", "subok"):
+        kwargs.pop(k, None)   # layouts are free
     where = kwargs.pop("where", True)
     if method == "reduce" and (where is not True or kwargs.get("initial") is not None):
         # NumPy's where= selects the reduced elements (the rest count as the identity, or as
@@ -859,7 +860,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         if isinstance(target, B.Buffer) and method == "__call__":
             r = array_ufunc(ufunc, method, inputs, kwargs)
-            _check_cast(r, target, "same_kind", f"np.{ufunc.__name__}(..., out=x)")
+            _check_cast(r, target, casting, f"np.{ufunc.__name__}(..., out=x)")
             target[...] = r
             return target
         if not isinstance(target, Tracer):

@@ -1160,6 +1160,20 @@ OPS["mul"].identity = lambda c: 0 if _is(c[1], 1) else 1 if _is(c[0], 1) else No
 OPS["div"].identity = lambda c: 0 if _is(c[1], 1) else None
 OPS["pow"].identity = lambda c: 0 if _is(c[1], 1) else None
 OPS["neg"].chain = lambda inner, outer: "identity"
+
+
+def _same_value(a, b):
+    """Equal constants, -0.0 and 0.0 apart (x / where(c, 0.0, -0.0) tells them apart)."""
+    return a is not None and b is not None and a == b and (
+        not isinstance(a, float) or math.copysign(1.0, a) == math.copysign(1.0, b))
+
+
+# where with a constant condition picks its branch; with equal constant branches it is that
+# constant (the VJP of np.logaddexp(0, z) left where(z == 0, 0.0, 0.0) passes behind)
+OPS["where"].identity = lambda c: 1 if c[0] is True else 2 if c[0] is False else \
+    1 if _same_value(c[1], c[2]) else None
+OPS["where"].rewrite = lambda emit, attrs, args: args[1]["id"] if args[1]["id"] == \
+    args[2]["id"] else None
 # stop_gradient only matters to autodiff, which has run before simplification
 OPS["stop_gradient"].noop = lambda a, shape, dtype: True
 OPS["transpose"].chain = lambda inner, outer: {

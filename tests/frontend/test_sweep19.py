@@ -465,3 +465,34 @@ def test_a_gp_likelihood_solves_with_its_cholesky_factor_by_triangular_solves(n)
     B = rng.normal(size=(2, n, 3))
     for lower, tri in ((True, np.tril), (False, np.triu)):
         np.testing.assert_allclose(tri(A) @ _solve_triangular(A, B, lower), B, atol=1e-10)
+
+
+def test_ufunc_out_follows_the_casting_asked_for_and_list_operands_compare():
+    x = np.array([0.3, -1.7, 0.7, 2.5])
+
+    def unsafe(x):
+        u = np.zeros(4, np.int64)
+        np.rint(x, out=u, casting="unsafe")
+        np.add(u[1:], x[1:], out=u[1:], casting="unsafe")
+        return u
+
+    def same_kind(x):
+        u = np.zeros(4, np.int64)
+        np.add(u, x, out=u)
+        return u
+    np.testing.assert_array_equal(adjit.compile(unsafe)(x), unsafe(x))
+    with pytest.raises(TypeError, match="same_kind"):
+        adjit.compile(same_kind)(x)
+    for f in (lambda x: ([x[0], x[1]] > x[2]) * x[:2],
+              lambda x: np.where(np.logical_and([x[0], x[1]], x[:2] > 0), x[:2], 0.0),
+              lambda x: np.maximum(x[3], [x[0], x[1]])):
+        np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+
+
+def test_a_where_of_equal_constant_branches_folds_away():
+    z = np.linspace(-1.0, 1.0, 7)
+    src = adjit.grad(lambda z: np.sum(np.logaddexp(0, z)), backend="numpy").lower(z).source
+    code = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("where" in line for line in code)
+    signed = adjit.compile(lambda x: 1.0 / np.where(x > 0, 0.0, -0.0))(z)
+    np.testing.assert_array_equal(signed, 1.0 / np.where(z > 0, 0.0, -0.0))
