@@ -871,7 +871,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         if method != "__call__":
             _unsupported(f"{ufunc.__name__}.{method} with out=")
         return _store(target, array_ufunc(ufunc, method, inputs, kwargs),
-                      f"np.{ufunc.__name__}(..., out=x)")
+                      f"np.{ufunc.__name__}(..., out=x)", casting)
     if method == "__call__" and ufunc in UFUNCS:
         dtype = kwargs.pop("dtype", None)
         if getattr(np, "vecdot", None) is ufunc and set(kwargs) <= {"axis"}:
@@ -1799,7 +1799,7 @@ def _setitem(s, k, v):
     s.assign_at(*F.index_target(s, k, v))
 
 
-def _store(s, r, what):
+def _store(s, r, what, casting="same_kind"):
     """Write r into s as NumPy's in-place ufuncs do (same shape, same_kind casting)."""
     _writable(s)
     if not isinstance(r, Tracer):
@@ -1808,10 +1808,10 @@ def _store(s, r, what):
         raise ShapeError(f"{what}: the result has shape {r.shape} but the array written to has "
                          f"shape {s.shape}{_at(user_where())}; NumPy cannot store it there")
     if r.dtype != s.dtype:
-        if not np.can_cast(r.dtype, s.dtype, "same_kind"):
+        if not np.can_cast(r.dtype, s.dtype, casting):
             raise UnsupportedError(
                 f"{what}: a {r.dtype} result cannot be stored in a {s.dtype} array (NumPy's "
-                f"same_kind casting){_at(user_where())}; assign x = x ... instead")
+                f"{casting} casting){_at(user_where())}; assign x = x ... instead")
         r = F.cast(r, s.dtype)
     s.assign(r)
     return s
