@@ -922,7 +922,9 @@ def _make_hvp(fn, argnums, static, compile_options):
         trees = tuple(g.meta["in_trees"][a] for a in nums)
         v_leaves = pytree.flatten_like(v, ("tuple", len(trees), trees) if many else trees[0],
                                        "hvp: v (it needs the structure of args[argnums])")
-        vs = [_lift_like(x, g[g.inputs[k]], "hvp: v") for x, k in zip(v_leaves, wrt)]
+        vs = [_lift_like(x, g[g.inputs[k]], "hvp: v (the last argument: h(*args, v); SciPy's "
+                     "hessp(x, p, *args) is lambda x, p, *a: h(x, *a, p))")
+          for x, k in zip(v_leaves, wrt)]
         t = derive_tangent(g, wrt)
         outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         n = len(g.outputs)

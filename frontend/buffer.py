@@ -589,6 +589,10 @@ def making_buffers(orig):
     def maker(*args, **kwargs):
         if orig.__name__ in ("full", "full_like") and len(args) > 1 and _holds_traced(args[1]):
             return _traced_full(orig.__name__, *args, **kwargs)
+        if orig.__name__ in ("arange", "eye", "identity", "tri") and current() is not None:
+            for a in args:      # a size or bound of a Python int argument: name it
+                if isinstance(a, Tracer) and not a.shape and a.dtype.kind in "biu":
+                    a._concrete(f"np.{orig.__name__}'s size")
         r = orig(*args, **kwargs)
         if current() is None or not _from_user():
             return r

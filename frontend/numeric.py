@@ -354,8 +354,37 @@ def piecewise(x, condlist, funclist, *args, **kw):
             mark = xt.ctx.graph._next
             value = func(xt, *args, **kw)
             _elementwise_of(value, xt, mark, nd)
+            # and not of the piece's length (t / t.size, len(t)): called on one more element,
+            # the function must make the same constants
+            if nd:
+                flat = F.reshape(xt, (-1,))
+                probe = F.concatenate([flat, F.getitem(flat, slice(0, 1))], 0)
+                mark2 = xt.ctx.graph._next
+                other = func(probe, *args, **kw)
+                if _constants(value, mark) != _constants(other, mark2):
+                    raise UnsupportedError(
+                        f"np.piecewise with a traced condition{_at(user_where())}: a function "
+                        "reads the length of its piece (t.size, len(t), t.shape), which depends "
+                        "on the data; adjit calls it on all of x. Write np.where(cond, f(x), "
+                        "...) with the length you mean")
             out = F.where(cond, F.cast(value, dt), out)
     return F.broadcast_to(out, shape)
+
+
+def _constants(value, mark):
+    """The sorted constant values a function's result was computed from (nodes from mark)."""
+    if not isinstance(value, Tracer):
+        return [repr(np.asarray(value).tolist())]
+    g, todo, seen, out = value.ctx.graph, [value.id], set(), []
+    while todo:
+        n = todo.pop()
+        if n in seen or n < mark:
+            continue
+        seen.add(n)
+        if g[n]["op"] == "const":
+            out.append(repr(np.asarray(g[n]["attrs"]["value"]).tolist()))
+        todo.extend(g[n]["args"])
+    return sorted(out)
 
 
 def _elementwise_of(value, x, mark, nd):

@@ -496,3 +496,22 @@ def test_a_where_of_equal_constant_branches_folds_away():
     assert not any("where" in line for line in code)
     signed = adjit.compile(lambda x: 1.0 / np.where(x > 0, 0.0, -0.0))(z)
     np.testing.assert_array_equal(signed, 1.0 / np.where(z > 0, 0.0, -0.0))
+
+
+@pytest.mark.parametrize("func", [lambda t: t / t.size, lambda t: t * len(t),
+                                  lambda t: np.full_like(t, t.shape[0])])
+def test_piecewise_with_a_traced_condition_refuses_functions_of_the_pieces_length(func):
+    f = lambda x: np.piecewise(x, [x < 0], [func, 0.0])  # noqa: E731
+    with pytest.raises(adjit.UnsupportedError, match="reads the length of its piece"):
+        adjit.compile(f)(_V)
+
+
+def test_sizes_from_int_arguments_and_hvps_argument_order_are_explained():
+    def f(x, h):
+        return np.sum(x[:3] * np.arange(h, dtype=np.float64))
+    with pytest.raises(adjit.TraceError, match=r"np.arange's size needs the value of the "
+                                                r"argument 'h'.*static_argnums"):
+        adjit.grad(f)(np.ones(4), 3)
+    h = adjit.hvp(lambda w, X, y: np.sum((X @ w - y) ** 2))
+    with pytest.raises(adjit.ShapeError, match=r"h\(\*args, v\).*hessp"):
+        h(np.ones(3), np.ones(3), np.ones((40, 3)), np.ones(40))
