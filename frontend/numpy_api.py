@@ -858,7 +858,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if out is not None:
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-        if isinstance(target, B.Buffer) and method == "__call__":
+        if isinstance(target, B.Buffer) and method in ("__call__", "reduce", "accumulate",
+                                                       "outer"):
             r = array_ufunc(ufunc, method, inputs, kwargs)
             _check_cast(r, target, casting, f"np.{ufunc.__name__}(..., out=x)")
             target[...] = r

@@ -515,3 +515,16 @@ def test_sizes_from_int_arguments_and_hvps_argument_order_are_explained():
     h = adjit.hvp(lambda w, X, y: np.sum((X @ w - y) ** 2))
     with pytest.raises(adjit.ShapeError, match=r"h\(\*args, v\).*hessp"):
         h(np.ones(3), np.ones(3), np.ones((40, 3)), np.ones(40))
+
+
+def test_ufunc_methods_write_into_arrays_made_inside_with_out():
+    x = np.array([0.3, -1.7, 0.7, 2.5, 1.0])
+
+    def f(x):
+        u, v = np.zeros(5), np.zeros(1)
+        np.maximum.accumulate(x, out=u)
+        np.add.reduce(x, out=v[0:1], keepdims=True)
+        w = np.zeros(5)
+        np.multiply.outer(x[:1], x, out=w[None])
+        return u * 2 + v + w
+    np.testing.assert_allclose(adjit.compile(f)(x), f(x))
