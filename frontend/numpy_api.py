@@ -782,6 +782,16 @@ if hasattr(np, "astype"):
 FUNCTIONS = {k: v for k, v in FUNCTIONS.items() if v is not None}
 
 
+def _loop_of(ufunc, dt):
+    """Does ufunc have a loop computing in dt throughout (inputs and output of dtype dt)?"""
+    c = dt.char
+    return any(t == c * ufunc.nin + "->" + c * ufunc.nout for t in ufunc.types)
+
+
+def _weak_number(x):
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
 def _unsupported(name):
     raise UnsupportedError(
         f"np.{name} is not supported by adjit{_at(user_where())}. Write it with supported "
@@ -879,9 +889,13 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             return UFUNCS[ufunc](*inputs, **kwargs)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
-        if dtype is not None and np.dtype(dtype).kind in "fc":
-            # computed in that dtype, as NumPy does (np.exp(x32, dtype=np.float64))
-            inputs = tuple(F.cast(x, dtype) if isinstance(x, Tracer) else x for x in inputs)
+        if dtype is not None and np.dtype(dtype).kind != "b" and \
+                _loop_of(ufunc, np.dtype(dtype)):
+            # computed in that dtype, as NumPy does (np.exp(x32, dtype=np.float64), the signed
+            # difference np.subtract(a8, b8, dtype=np.int16) of two uint8 images)
+            dt = np.dtype(dtype)
+            inputs = tuple(F.cast(x, dt) if isinstance(x, Tracer) else
+                           x if _weak_number(x) else np.asarray(x).astype(dt) for x in inputs)
         loop = _loop_dtypes(ufunc, inputs) if dtype is None else None
         if loop is not None:
             # the loop NumPy picks for these dtypes: np.fabs(uint16) is float32, square(bool)

@@ -528,3 +528,21 @@ def test_ufunc_methods_write_into_arrays_made_inside_with_out():
         np.multiply.outer(x[:1], x, out=w[None])
         return u * 2 + v + w
     np.testing.assert_allclose(adjit.compile(f)(x), f(x))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: np.subtract(a, b, dtype=np.int16),      # a signed difference of two images
+    lambda a, b: np.add(a, b, dtype=np.uint16),
+    lambda a, b: np.add(a, 300, dtype=np.int16),
+    lambda a, b: np.multiply(a, b, dtype=np.int32),
+    lambda a, b: np.less(a, b, dtype=bool),
+    lambda a, b: np.true_divide(a, b, dtype=np.float32),
+])
+def test_a_ufuncs_dtype_is_the_dtype_it_computes_in(fn):
+    a = np.array([10, 200, 255, 0], np.uint8)
+    b = np.array([20, 100, 255, 1], np.uint8)
+    got, want = adjit.compile(fn)(a, b), fn(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    f = lambda w, a, b: np.sum(w * np.abs(np.subtract(a, b, dtype=np.int16)))  # noqa: E731
+    assert adjit.grad(f)(1.0, a, b) == 111.0
