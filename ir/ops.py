@@ -1172,8 +1172,25 @@ def _same_value(a, b):
 # constant (the VJP of np.logaddexp(0, z) left where(z == 0, 0.0, 0.0) passes behind)
 OPS["where"].identity = lambda c: 1 if c[0] is True else 2 if c[0] is False else \
     1 if _same_value(c[1], c[2]) else None
-OPS["where"].rewrite = lambda emit, attrs, args: args[1]["id"] if args[1]["id"] == \
-    args[2]["id"] else None
+def _where_rewrite(emit, attrs, args):
+    """where(c, x, x) is x; where(c, 1, 0) is c cast (one pass, where NumPy's where of a
+    broadcast constant takes its slow path: the VJP of a where under a sum), where(c, 0, 1)
+    is 1 minus it."""
+    c, a, b = args
+    if a["id"] == b["id"]:
+        return a["id"]
+    if c["dtype"] != np.bool_ or emit.d["dtype"].kind not in "iuf":
+        return None
+    from ..passes.simplify import uniform_value
+    va, vb = uniform_value(emit.new, a["id"]), uniform_value(emit.new, b["id"])
+    if _same_value(va, 1.0) and _same_value(vb, 0.0):
+        return emit("cast", [c["id"]], {"dtype": emit.d["dtype"]})
+    if _same_value(va, 0.0) and _same_value(vb, 1.0):
+        return emit("sub", [b["id"], emit("cast", [c["id"]], {"dtype": emit.d["dtype"]})], {})
+    return None
+
+
+OPS["where"].rewrite = _where_rewrite
 # stop_gradient only matters to autodiff, which has run before simplification
 OPS["stop_gradient"].noop = lambda a, shape, dtype: True
 OPS["transpose"].chain = lambda inner, outer: {

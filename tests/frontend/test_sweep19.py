@@ -546,3 +546,18 @@ def test_a_ufuncs_dtype_is_the_dtype_it_computes_in(fn):
     np.testing.assert_array_equal(got, want)
     f = lambda w, a, b: np.sum(w * np.abs(np.subtract(a, b, dtype=np.int16)))  # noqa: E731
     assert adjit.grad(f)(1.0, a, b) == 111.0
+
+
+def test_a_where_of_one_and_zero_is_a_cast():
+    def huber(x, y):
+        d = x - y
+        a = np.abs(d)
+        return np.sum(np.where(a < 1.0, 0.5 * d * d, a - 0.5))
+    x, y = np.linspace(-2.0, 2.0, 21), np.zeros(21)
+    src = adjit.value_and_grad(huber, backend="numpy").lower(x, y).source
+    code = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
+    assert sum("where" in line for line in code) == 1 and any(".astype(" in line for line in code)
+    assert adjit.gradcheck(huber, x + 0.01, y) < 1e-7
+    f = lambda x: np.where(x > 0, 1.0, -0.0) + np.where(x > 0, 0, 1)  # noqa: E731
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+    assert np.signbit(adjit.compile(f)(x)).tolist() == np.signbit(f(x)).tolist()
