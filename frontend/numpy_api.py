@@ -990,6 +990,34 @@ def _ufunc_at(ufunc, a, indices, b=None):
     _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
 
 
+_AT_ROUNDS = 64     # rounds (occurrences of one position) ufunc.at unrolls for other ufuncs
+
+
+def _extreme_at(name, a, pos, v):
+    """np.maximum.at(a, pos, v) & co. on flat a: NumPy's own loop for the values; for floats the
+    cotangent of each result goes to the elements equal to it (a's and v's), split evenly as
+    maximum's ties are: r + sum(w_c (c - c)) with constant weights w, which adds exact zeros
+    to r and has derivative w."""
+    ctx = a.ctx
+    idx = F.lift(np.asarray(pos, np.intp), np.dtype(np.intp), ctx)
+    a_, v_ = F.stop_gradient(a), F.stop_gradient(v)
+    r = ctx.emit("extreme_at", [a_, v_, idx], {"ufunc": name})
+    if a.dtype.kind != "f":
+        return r
+    key = (("a", 0),)
+    r_at = F.gather(r, [idx], key)
+    ta = C.logical_or(F.eq(a_, r), C.logical_and(C.isnan(a_), C.isnan(r)))
+    tv = C.logical_or(F.eq(v_, r_at), C.logical_and(C.isnan(v_), C.isnan(r_at)))
+    count = F.add(F.cast(ta, a.dtype), F.scatter_add(F.cast(tv, a.dtype), [idx], key, a.shape))
+    count = F.stop_gradient(F.where(F.gt(count, 0), count, 1.0))
+    wa = F.stop_gradient(F.div(F.cast(ta, a.dtype), count))
+    wv = F.stop_gradient(F.div(F.cast(tv, a.dtype), F.gather(count, [idx], key)))
+    finite_a, finite_v = C.isfinite(a_), C.isfinite(v_)
+    da = F.where(finite_a, F.sub(a, a_), 0.0)           # exactly 0, derivative 1
+    dv = F.where(finite_v, F.sub(v, v_), 0.0)
+    return F.add(F.add(r, F.mul(da, wa)), F.scatter_add(F.mul(dv, wv), [idx], key, a.shape))
+
+
 def _ufunc_at_rounds(ufunc, a, indices, b=None):
     """np.maximum.at(a, idx, b) & co. (any other ufunc) at constant positions: unbuffered, as
     NumPy, so a position named k times is updated k times in order. Round r applies the r-th
@@ -1009,6 +1037,11 @@ def _ufunc_at_rounds(ufunc, a, indices, b=None):
     pos, val = F.index_target(a, indices, b if b is not None else 0)
     flat_pos = pos.reshape(-1)
     vals = F.reshape(val, (-1,)) if b is not None else None
+    if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
+        # order-free: one NumPy ufunc.at, however often a position repeats (a segment max)
+        _store(a, F.reshape(_extreme_at(ufunc.__name__, F.reshape(a, (-1,)), flat_pos,
+                                        F.cast(vals, a.dtype)), a.shape), name)
+        return
     # the occurrence number of each entry among the entries naming its position
     order = np.argsort(flat_pos, kind="stable")
     sorted_pos = flat_pos[order]
@@ -1018,8 +1051,15 @@ def _ufunc_at_rounds(ufunc, a, indices, b=None):
                                                                             sorted_pos.size]))
     occ = np.empty_like(occ_sorted)
     occ[order] = occ_sorted
+    rounds = int(occ.max()) + 1 if occ.size else 0
+    if rounds > _AT_ROUNDS:
+        raise UnsupportedError(
+            f"{name} with a position named {rounds} times{_at(user_where())}: adjit applies "
+            f"the occurrences of a position one round each, up to {_AT_ROUNDS}. Reduce each "
+            "segment first (np.multiply.reduce over a sorted or padded layout), or use "
+            "np.add.at, np.maximum.at or np.minimum.at, which take any number")
     flat = F.reshape(a, (-1,))
-    for r in range(int(occ.max()) + 1 if occ.size else 0):
+    for r in range(rounds):
         sel = np.flatnonzero(occ == r)
         tgt = flat_pos[sel]
         cur = F.getitem(flat, tgt)

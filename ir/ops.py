@@ -1070,6 +1070,19 @@ _register(OpDef(
     doc="np.maximum/minimum/fmax/fmin.accumulate, no gradient of its own: the frontend "
         "gathers x at the positions of the running extremes, so the cotangent reaches the "
         "last element equal to each (as torch.cummax)"))
+def _extreme_at(a, v, idx, ufunc):
+    z = a.copy()
+    getattr(np, _EXTREMES[_EXTREMES.index(ufunc)]).at(z, idx, v)
+    return z
+
+
+_register(OpDef(
+    "extreme_at", 3, "index", lambda s, a: s[0], first_dtype, _extreme_at,
+    lambda g, out, a, v, idx, ufunc: [None, None, None], lambda t, out, *xs, ufunc: None, None,
+    differentiable=False, show=lambda a: a["ufunc"],
+    flops=lambda out, ins, a: _numel(ins[1]),
+    doc="np.maximum.at(a.copy(), idx, v) (minimum, fmax, fmin), no gradient of its own: the "
+        "frontend sends the cotangent to the elements equal to each result, ties split evenly"))
 unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.floor({0})",
       "np.floor({0})", "floor({0})", differentiable=False)
 unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",

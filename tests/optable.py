@@ -86,6 +86,15 @@ def _onehot(x):
 
 
 # op name -> {"fn": f(*xs), "inputs": list of cases, each a list of (shape, domain)}
+def _segment_extremes(x):
+    flat = x.reshape(-1)
+    labels = np.arange(flat.size) % 3
+    hi, lo = np.full(3, -10.0), np.full(3, 10.0)
+    np.maximum.at(hi, labels, flat)
+    np.minimum.at(lo, labels, flat * 2.0)
+    return hi * 3.0 + lo
+
+
 TABLE = {
     "neg": _u(lambda x: -x),
     "exp": _u(np.exp),
@@ -129,6 +138,8 @@ TABLE = {
     "accumulate": {"fn": lambda x: np.maximum.accumulate(x, axis=-1) * 2.0
                    + np.minimum.accumulate(x, axis=0) + np.fmax.accumulate(x, axis=0) * x,
                    "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
+    # a segment max and min: the derivative goes to each segment's extreme
+    "extreme_at": {"fn": _segment_extremes, "inputs": [[(VEC, "any")], [(MAT, "any")]]},
     "sort": {"fn": lambda x: np.sort(x) * 2.0 + np.sort(x, axis=0),
              "inputs": [[(VEC, "any")], [(MAT, "any")], [((2, 3, 4), "any")]]},
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),

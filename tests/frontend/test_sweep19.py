@@ -561,3 +561,32 @@ def test_a_where_of_one_and_zero_is_a_cast():
     f = lambda x: np.where(x > 0, 1.0, -0.0) + np.where(x > 0, 0, 1)  # noqa: E731
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
     assert np.signbit(adjit.compile(f)(x)).tolist() == np.signbit(f(x)).tolist()
+
+
+def test_a_segment_max_is_one_numpy_call_with_ties_split_evenly():
+    idx = np.array([0, 2, 0, 1, 2, 2])
+    x, s = np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 1.0, 0.5, 3.0, 2.0])
+
+    def f(x, s):
+        o = x * 1.0
+        np.maximum.at(o, idx, s)
+        return np.sum(o)
+    gx, gs = adjit.grad(f, argnums=(0, 1))(x, s)           # the values of JAX's .at[].max
+    np.testing.assert_allclose(gx, [1 / 3, 1, 1 / 3])
+    np.testing.assert_allclose(gs, [1 / 3, 1 / 3, 1 / 3, 0, 1 / 3, 0])
+    labels = np.arange(5000) % 10
+    v = np.cos(np.arange(5000.0))
+
+    def segmax(v):
+        out = np.full(10, -1e9)
+        np.maximum.at(out, labels, v)
+        return np.sum(out ** 2)
+    code = [line for line in adjit.value_and_grad(segmax, backend="numpy").lower(v).source
+            .splitlines() if not line.lstrip().startswith("#")]
+    assert len(code) < 80                                   # not one round per repeat
+    value, g = adjit.value_and_grad(segmax)(v)
+    np.testing.assert_allclose(value, segmax(v))
+    want = np.zeros_like(v)
+    best = [np.flatnonzero(labels == k)[np.argmax(v[labels == k])] for k in range(10)]
+    want[best] = 2 * v[best]
+    np.testing.assert_allclose(g, want)
