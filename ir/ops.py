@@ -1204,6 +1204,22 @@ def _where_rewrite(emit, attrs, args):
 
 
 OPS["where"].rewrite = _where_rewrite
+
+
+def _matmul_rewrite(emit, attrs, args):
+    """[[1.]] @ x and x @ [[1.]] are x (the seed of a vector-matrix-vector product's VJP)."""
+    from ..passes.simplify import uniform_value
+    for k in (0, 1):
+        one, other = args[k], args[1 - k]
+        if tuple(one["shape"])[-2:] == (1, 1) and len(one["shape"]) <= len(other["shape"]) and \
+                _same_value(uniform_value(emit.new, one["id"]), 1.0) and \
+                tuple(other["shape"]) == tuple(emit.d["shape"]) and \
+                other["dtype"] == emit.d["dtype"]:
+            return other["id"]
+    return None
+
+
+OPS["matmul"].rewrite = _matmul_rewrite
 # stop_gradient only matters to autodiff, which has run before simplification
 OPS["stop_gradient"].noop = lambda a, shape, dtype: True
 OPS["transpose"].chain = lambda inner, outer: {
