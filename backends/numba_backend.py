@@ -55,13 +55,14 @@ def scratch_bytes(g, n, placed=None):
 # ops that numba's kernels compute with one C library call per element, where NumPy's loops
 # use SIMD code, weighted by how much slower the call is (ns per float64 element on the
 # project's machine, NumPy / numba: tanh 0.9 / 16, log1p 0.7 / 10, expm1 0.8 / 11, arctan
-# 0.7 / 8, exp and log 0.6 / 3.2; sin and cos 9 / 9 and sqrt 1.0 / 0.3 are no faster in NumPy).
+# 0.7 / 8, exp and log 0.6 / 3.2, x ** 2.4 1.5 / 8.4; sin and cos 9 / 9 and sqrt 1.0 / 0.3
+# are no faster in NumPy).
 # A small group such as tanh(x) * 2 + x runs 10-18x faster as NumPy code; a large one whose
 # cheap ops outnumber the calls 4 to 1 stays a kernel (one pass over memory instead of many).
 _LIBM = {"tanh": 1.0, "log1p": 1.0, "expm1": 1.0, "arctan": 1.0, "arcsin": 1.0, "arccos": 1.0,
          "arcsinh": 1.0, "arccosh": 1.0, "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0,
          "erfc": 1.0, "exp": 0.5, "log": 0.5, "exp2": 0.5, "cbrt": 1.0, "sinh": 1.0,
-         "cosh": 1.0, "log2": 0.5, "log10": 0.5}
+         "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0}
 # float32: NumPy's SIMD loops are 5-40x faster than numba's per-element calls (ns per element,
 # NumPy / numba, 1M elements, one thread: exp 0.34 / 1.8, log 0.25 / 1.8, log1p 0.27 / 9.1,
 # expm1 0.26 / 9.0, arctan 0.22 / 8.9, sin 0.40 / 5.2), so the calls weigh more, and sin and
@@ -69,10 +70,24 @@ _LIBM = {"tanh": 1.0, "log1p": 1.0, "expm1": 1.0, "arctan": 1.0, "arcsin": 1.0, 
 _LIBM_F32 = {"exp": 1.0, "log": 1.0, "exp2": 1.0, "log2": 1.0, "log10": 1.0, "log1p": 2.5, "expm1": 2.5, "erf": 2.5,
              "erfc": 2.5, "cbrt": 2.5, "sin": 1.0, "cos": 1.0, "arctan": 3.0, "arcsin": 3.0,
              "arccos": 3.0, "arcsinh": 3.0, "arccosh": 3.0, "arctanh": 3.0, "arctan2": 3.0,
-             "sinh": 3.0, "cosh": 3.0}
+             "sinh": 3.0, "cosh": 3.0, "pow": 2.5}
 # float32 tanh is adjit's own rational function in kernels (numba_helpers), which vectorises
 _OWN_F32 = frozenset(("tanh",))
 CHEAP_PER_CALL = 4
+
+
+def _small_whole_exponent(g, d0, a, ins):
+    """Is the exponent of a fused pow a constant whole number up to 8 in magnitude?"""
+    r, n_in = ins.args[1], len(d0["args"])
+    while r >= n_in and a["expr"][r - n_in].op in ("broadcast_to", "cast"):
+        r = a["expr"][r - n_in].args[0]
+    if r >= n_in:
+        e = a["expr"][r - n_in]
+        v = e.attrs.get("value") if e.op == "const" else None
+    else:
+        from ..passes.simplify import uniform_value
+        v = uniform_value(g, d0["args"][r])
+    return v is not None and float(v) == round(float(v)) and abs(float(v)) <= 8
 
 
 def as_kernel(g, run, min_kernel_size) -> bool:
@@ -91,7 +106,9 @@ def as_kernel(g, run, min_kernel_size) -> bool:
         if OPS[ins.op].fusion != "map":
             continue
         table = _LIBM_F32 if f32 else _LIBM
-        if ins.op in table and not (f32 and ins.op in _OWN_F32):
+        if ins.op == "pow" and _small_whole_exponent(g, d0, a, ins):
+            cheap += 1          # x ** 3: products, no library call
+        elif ins.op in table and not (f32 and ins.op in _OWN_F32):
             calls += table[ins.op]
         else:
             cheap += 1
