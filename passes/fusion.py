@@ -243,7 +243,10 @@ class _Fuser:
             if self.pos[root] > self.pos[r]:
                 continue
             cycle, reached = self._between(root, r)
-            assert not cycle, "a reduction reads one value"
+            if cycle:
+                # a reduction reads one value, so no path leaves the group and comes back;
+                # this is the search giving up (too much work lies between the two)
+                continue
             self.reduces.setdefault(root, []).append(r)
             self.red_root[r] = root
             self.ext[root] = (self.ext[root] | set(self.users[r])) - {r}

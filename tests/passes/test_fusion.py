@@ -251,3 +251,17 @@ def test_scalars_stay_unfused_for_backends_that_run_small_groups_as_numpy_code()
     ops = [fused[n]["op"] for n in fused.nodes()]
     assert ops.count("fused") == 1                       # exp(v) * v and its sum
     assert {"sin", "mul", "add"} <= set(ops)             # the 0-d work stays as it was
+
+
+def test_a_reduction_far_from_its_group_stays_apart_when_the_search_gives_up():
+    # a recursion of 300 steps puts more than the search limit of units between the
+    # group feeding the sum and the sum: it must not be joined (it used to assert)
+    import adjit
+
+    def f(b, x):
+        A = np.zeros(len(x))
+        for i in range(1, len(x)):
+            A[i] = b * x[i] + A[i - 1]
+        return np.sum(np.log(b + A))
+    x = np.random.default_rng(0).uniform(0.1, 0.9, 300)
+    np.testing.assert_allclose(adjit.grad(f, backend="numba")(0.5, x), 600.0)
