@@ -1721,6 +1721,13 @@ def constructors_accept_tracers():
                 # scipy.special.polygamma & co. take asarray(x) first: let a tracer through
                 _originals["scipy_basic_asarray"] = basic
                 basic.asarray = np.asarray
+            distns = sys.modules.get("scipy.stats._continuous_distns")
+            norm = getattr(distns, "norm", None)
+            if norm is not None:
+                # scipy.stats.norm's methods (the same object however imported)
+                _originals["scipy_norm"] = norm
+                for kind in _NORM_METHODS:
+                    setattr(norm, kind, _norm_method(kind, getattr(norm, kind)))
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -1737,6 +1744,10 @@ def constructors_accept_tracers():
             if _patch_depth[0] == 0:
                 if "scipy_basic_asarray" in _originals:
                     _originals.pop("scipy_basic_asarray").asarray = _originals["asarray"]
+                if "scipy_norm" in _originals:
+                    norm = _originals.pop("scipy_norm")
+                    for kind in _NORM_METHODS:
+                        norm.__dict__.pop(kind, None)
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
                 np.vectorize.__call__ = _originals.pop("vectorize")
@@ -1751,6 +1762,29 @@ def constructors_accept_tracers():
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
     return restore
+
+
+_NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf")
+
+
+def _norm_method(kind, orig):
+    """scipy.stats.norm.pdf & co. of traced arguments, written with adjit's ops (SciPy's own
+    code needs concrete arrays); float64 as SciPy. logcdf and logsf are the log of ndtr, so
+    they reach -inf about 38 standard deviations out, where SciPy's log_ndtr goes on."""
+    @functools.wraps(orig)
+    def fn(x, loc=0, scale=1, *rest, **kw):
+        if rest or kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
+            return orig(x, loc, scale, *rest, **kw)
+        x, loc, scale = (F.cast(B.resolve(a), np.float64) if _holds_tracer(a) else
+                         np.asarray(a, np.float64) for a in (x, loc, scale))
+        z = F.div(F.sub(x, loc), scale)
+        if kind in ("pdf", "logpdf"):
+            log_p = F.sub(F.mul(F.mul(z, z), -0.5), F.add(F.log(scale),
+                                                          0.5 * math.log(2 * math.pi)))
+            return F.exp(log_p) if kind == "pdf" else log_p
+        p = _SCIPY_SPECIAL["ndtr"](z if kind in ("cdf", "logcdf") else F.neg(z))
+        return F.log(p) if kind.startswith("log") else p
+    return fn
 
 
 def _scipy_logsumexp_core(core):

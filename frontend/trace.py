@@ -364,6 +364,9 @@ def _name_the_library(e):
         instead = ("np.convolve or np.correlate for 1-d signals (scipy.signal picks an FFT "
                    "for large ones, which adjit cannot trace), or a sum of shifted slices or "
                    "np.einsum over sliding windows for 2-d")
+    elif public.startswith("scipy.stats"):
+        instead = ("scipy.stats.norm's pdf, logpdf, cdf, logcdf, sf and logsf and "
+                   "scipy.special.ndtr, which adjit traces, or the density written out")
     else:
         instead = ("np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
                    "the log-density formula written out")

@@ -590,3 +590,22 @@ def test_a_segment_max_is_one_numpy_call_with_ties_split_evenly():
     best = [np.flatnonzero(labels == k)[np.argmax(v[labels == k])] for k in range(10)]
     want[best] = 2 * v[best]
     np.testing.assert_allclose(g, want)
+
+
+def test_scipy_stats_norm_traces_however_imported():
+    st = pytest.importorskip("scipy.stats")
+    from scipy.stats import norm
+    x = np.linspace(-3.0, 3.0, 7)
+    for kind in ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf"):
+        f = lambda x: getattr(norm, kind)(x, 0.5, 2.0) + getattr(st.norm, kind)(x * 2)  # noqa
+        np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-12)
+        assert adjit.gradcheck(lambda x: np.sum(f(x)), x) < 1e-7
+    assert "cdf" not in vars(norm)             # the methods are SciPy's again after tracing
+
+    def call(S, K=100.0, T=1.0, r=0.01, sig=0.2):
+        d1 = (np.log(S / K) + (r + sig ** 2 / 2) * T) / (sig * np.sqrt(T))
+        return S * norm.cdf(d1) - K * np.exp(-r * T) * norm.cdf(d1 - sig * np.sqrt(T))
+    d1 = (np.log(1.05) + 0.03) / 0.2
+    np.testing.assert_allclose(adjit.grad(call)(105.0), norm.cdf(d1), rtol=1e-12)   # delta
+    np.testing.assert_allclose(adjit.hessian(call)(105.0), norm.pdf(d1) / (105 * 0.2),
+                               rtol=1e-12)                                           # gamma
