@@ -996,8 +996,8 @@ _AT_ROUNDS = 64     # rounds (occurrences of one position) ufunc.at unrolls for 
 def _extreme_at(name, a, pos, v):
     """np.maximum.at(a, pos, v) & co. on flat a: NumPy's own loop for the values; for floats the
     cotangent of each result goes to the elements equal to it (a's and v's), split evenly as
-    maximum's ties are: r + sum(w_c (c - c)) with constant weights w, which adds exact zeros
-    to r and has derivative w."""
+    maximum's ties are: r + sum of w_c (c - stop_gradient(c)) with constant weights w_c, which
+    adds exact zeros to r and has derivative w_c."""
     ctx = a.ctx
     idx = F.lift(np.asarray(pos, np.intp), np.dtype(np.intp), ctx)
     a_, v_ = F.stop_gradient(a), F.stop_gradient(v)
