@@ -999,7 +999,8 @@ def _extreme_at(name, a, pos, v):
     maximum's ties are: r + sum of w_c (c - stop_gradient(c)) with constant weights w_c, which
     adds exact zeros to r and has derivative w_c."""
     ctx = a.ctx
-    idx = F.lift(np.asarray(pos, np.intp), np.dtype(np.intp), ctx)
+    idx = pos if isinstance(pos, Tracer) else F.lift(np.asarray(pos, np.intp),
+                                                     np.dtype(np.intp), ctx)
     a_, v_ = F.stop_gradient(a), F.stop_gradient(v)
     r = ctx.emit("extreme_at", [a_, v_, idx], {"ufunc": name})
     if a.dtype.kind != "f":
@@ -1031,9 +1032,19 @@ def _ufunc_at_rounds(ufunc, a, indices, b=None):
         raise TypeError(f"{name}: {'no' if ufunc.nin == 1 else 'a'} value is expected"
                         f"{_at(user_where())}")
     if F.traced_positions(a, indices) is not None:
+        labels = B.resolve(indices)
+        if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin) and b is not None and \
+                a.ndim == 1 and isinstance(labels, Tracer) and labels.dtype.kind in "iu":
+            # a segment max over traced labels (per-class maxima): NumPy's loop takes them
+            idx = F.reshape(labels, (-1,))
+            vals = F.reshape(F.cast(F.broadcast_to(B.resolve(b), labels.shape), a.dtype),
+                             (-1,))
+            _store(a, _extreme_at(ufunc.__name__, a, idx, vals), name)
+            return
         raise UnsupportedError(
             f"{name} at positions computed from traced values{_at(user_where())}: only "
-            "np.add.at and np.subtract.at accumulate at traced labels; give constant positions")
+            "np.add.at and np.subtract.at accumulate at traced labels (and np.maximum.at & "
+            "co. at 1-d integer labels into a 1-d array); give constant positions")
     pos, val = F.index_target(a, indices, b if b is not None else 0)
     flat_pos = pos.reshape(-1)
     vals = F.reshape(val, (-1,)) if b is not None else None

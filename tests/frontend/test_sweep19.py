@@ -609,3 +609,25 @@ def test_scipy_stats_norm_traces_however_imported():
     np.testing.assert_allclose(adjit.grad(call)(105.0), norm.cdf(d1), rtol=1e-12)   # delta
     np.testing.assert_allclose(adjit.hessian(call)(105.0), norm.pdf(d1) / (105 * 0.2),
                                rtol=1e-12)                                           # gamma
+
+
+def test_a_segment_max_over_traced_labels():
+    labels = np.arange(1000) * 7 % 10
+    v = np.cos(np.arange(1000.0))
+
+    def segmax(v, labels):
+        out = np.full(10, -1e9)
+        np.maximum.at(out, labels, v)
+        return np.sum(out ** 2)
+    value, g = adjit.value_and_grad(segmax)(v, labels)
+    np.testing.assert_allclose(value, segmax(v, labels))
+    want = np.zeros_like(v)
+    best = [np.flatnonzero(labels == k)[np.argmax(v[labels == k])] for k in range(10)]
+    want[best] = 2 * v[best]
+    np.testing.assert_allclose(g, want)
+
+    def segmin(v, labels):
+        out = np.full(10, 1e9)
+        np.minimum.at(out, labels - 10, v * 2)      # negative labels count from the end
+        return out
+    np.testing.assert_array_equal(adjit.compile(segmin)(v, labels), segmin(v, labels))
