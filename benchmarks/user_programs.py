@@ -1,0 +1,366 @@
+"""User-style NumPy programs: adjit value_and_grad against eager NumPy, JAX and PyTorch, same run.
+
+Usage: python benchmarks/user_programs.py [--repeat 10] [--quick] [--threads N]
+                                          [--only gp,rosenbrock,...]
+
+Nine loss functions, each written the way a NumPy user writes it (float64 throughout):
+  gp          GP negative log marginal likelihood, RBF kernel of 3-d inputs, Cholesky and two
+              triangular solves; gradient w.r.t. the two log hyperparameters (n = 800)
+  rosenbrock  np.sum(100*(x[1:]-x[:-1]**2)**2 + (1-x[:-1])**2)           (n = 1e6)
+  trimmed     np.mean(np.sort(x**2)[:90000])                              (n = 1e5)
+  segmax      out = np.full(10, -1e9); np.maximum.at(out, labels, x); np.sum(out**2)
+  heat        2-D Laplacian of a zero-padded copy (u[1:-1, 1:-1] = x), sum of squares (512^2)
+  huber       np.sum(np.where(a < 1, 0.5*d*d, a - 0.5)), d = x - y, a = |d|  (n = 1e5)
+  reflectpad  np.sum(np.pad(x, ((0,0),(3,3)), mode="reflect")**2)         (512 x 1024)
+  drawdown    np.sum(np.maximum.accumulate(x) - x)                        (n = 2e5)
+  interp      np.sum(np.interp(v, xp, fp)), traced v, 1,000 constant knots (n = 1e5)
+Peers: eager NumPy forward only (the program itself), JAX jax.jit(jax.value_and_grad) with
+x64 (a jax.numpy mirror of each program), PyTorch eager float64 forward + backward; a peer
+that is not installed is skipped with a line. adjit compile = the first call of
+adjit.value_and_grad (trace, passes, codegen, first run); step = median of --repeat calls
+after warm-up (benchmarks/common.py); the numba backend's first call is printed per program
+(its kernels are cached on disk, so a second run finds them compiled). Checks: adjit's value
+against eager NumPy (rtol 1e-9) and its gradient against JAX's (rtol 1e-7, atol 1e-12 of the
+gradient's largest entry); a failed check prints a MISMATCH line. BLAS, OpenMP, numba, XLA
+and PyTorch use one thread unless --threads is given. Constants (the labels, the knots, the
+trimmed count) are closed over, so adjit bakes them in; the PyTorch interp mirror is
+searchsorted + lerp (torch has no interp).
+"""
+import os
+import sys
+
+
+def _threads_from_argv(argv):
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return None
+
+
+# Thread counts must be set before NumPy (OpenBLAS), numba and XLA are imported.
+_THREADS = _threads_from_argv(sys.argv)
+_T = str(_THREADS or 1)
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = _T
+if _THREADS is None or _THREADS == 1:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
+                               "false intra_op_parallelism_threads=1").strip()
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, median_ms, optional, table, tune_malloc  # noqa: E402
+
+import adjit  # noqa: E402
+
+
+# -- the programs, as a NumPy user writes them ------------------------------------------------
+NOISE = 1e-2
+
+
+def gp_nll(theta, X, y):
+    ell, sf2 = np.exp(theta[0]), np.exp(2 * theta[1])
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    K = sf2 * np.exp(-0.5 * d2 / ell ** 2) + NOISE * np.eye(len(y))
+    L = np.linalg.cholesky(K)
+    a = np.linalg.solve(L.T, np.linalg.solve(L, y))
+    return 0.5 * y @ a + np.sum(np.log(np.diag(L)))
+
+
+def rosenbrock(x):
+    return np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def trimmed(x, k):
+    return np.mean(np.sort(x ** 2)[:k])
+
+
+def segmax(x, labels):
+    out = np.full(10, -1e9)
+    np.maximum.at(out, labels, x)
+    return np.sum(out ** 2)
+
+
+def heat(x):
+    n = x.shape[0]
+    u = np.zeros((n + 2, n + 2))
+    u[1:-1, 1:-1] = x
+    lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * x
+    return np.sum(lap ** 2)
+
+
+def huber(x, y):
+    d = x - y
+    a = np.abs(d)
+    return np.sum(np.where(a < 1, 0.5 * d * d, a - 0.5))
+
+
+def reflectpad(x):
+    return np.sum(np.pad(x, ((0, 0), (3, 3)), mode="reflect") ** 2)
+
+
+def drawdown(x):
+    return np.sum(np.maximum.accumulate(x) - x)
+
+
+def interp(v, xp, fp):
+    return np.sum(np.interp(v, xp, fp))
+
+
+# -- JAX mirrors --------------------------------------------------------------------------------
+def jax_mirrors(jax):
+    jnp = jax.numpy
+
+    def j_gp(theta, X, y):
+        ell, sf2 = jnp.exp(theta[0]), jnp.exp(2 * theta[1])
+        d2 = jnp.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+        K = sf2 * jnp.exp(-0.5 * d2 / ell ** 2) + NOISE * jnp.eye(len(y))
+        L = jnp.linalg.cholesky(K)
+        a = jnp.linalg.solve(L.T, jnp.linalg.solve(L, y))
+        return 0.5 * y @ a + jnp.sum(jnp.log(jnp.diag(L)))
+
+    def j_segmax(x, labels):
+        return jnp.sum(jnp.full(10, -1e9).at[labels].max(x) ** 2)
+
+    def j_heat(x):
+        n = x.shape[0]
+        u = jnp.zeros((n + 2, n + 2)).at[1:-1, 1:-1].set(x)
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * x
+        return jnp.sum(lap ** 2)
+
+    def j_huber(x, y):
+        d = x - y
+        a = jnp.abs(d)
+        return jnp.sum(jnp.where(a < 1, 0.5 * d * d, a - 0.5))
+
+    return {
+        "gp": j_gp,
+        "rosenbrock": lambda x: jnp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
+        "trimmed": lambda x, k: jnp.mean(jnp.sort(x ** 2)[:k]),
+        "segmax": j_segmax,
+        "heat": j_heat,
+        "huber": j_huber,
+        "reflectpad": lambda x: jnp.sum(jnp.pad(x, ((0, 0), (3, 3)), mode="reflect") ** 2),
+        "drawdown": lambda x: jnp.sum(jax.lax.cummax(x, axis=0) - x),
+        "interp": lambda v, xp, fp: jnp.sum(jnp.interp(v, xp, fp)),
+    }
+
+
+# -- PyTorch mirrors (eager, float64) -------------------------------------------------------------
+def torch_mirrors(torch):
+    F = torch.nn.functional
+
+    def t_gp(theta, X, y):
+        ell, sf2 = torch.exp(theta[0]), torch.exp(2 * theta[1])
+        d2 = torch.sum((X[:, None, :] - X[None, :, :]) ** 2, dim=-1)
+        K = sf2 * torch.exp(-0.5 * d2 / ell ** 2) + NOISE * torch.eye(len(y), dtype=X.dtype)
+        L = torch.linalg.cholesky(K)
+        a = torch.linalg.solve(L.T, torch.linalg.solve(L, y))
+        return 0.5 * y @ a + torch.sum(torch.log(torch.diagonal(L)))
+
+    def t_segmax(x, labels):
+        out = torch.full((10,), -1e9, dtype=x.dtype)
+        return torch.sum(out.scatter_reduce(0, labels, x, reduce="amax") ** 2)
+
+    def t_heat(x):
+        n = x.shape[0]
+        u = torch.zeros((n + 2, n + 2), dtype=x.dtype)
+        u[1:-1, 1:-1] = x
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * x
+        return torch.sum(lap ** 2)
+
+    def t_huber(x, y):
+        d = x - y
+        a = torch.abs(d)
+        return torch.sum(torch.where(a < 1, 0.5 * d * d, a - 0.5))
+
+    def t_interp(v, xp, fp):
+        # np.interp for queries inside [xp[0], xp[-1]] (as here): searchsorted + lerp
+        i = torch.clamp(torch.searchsorted(xp, v, right=True), 1, len(xp) - 1)
+        x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
+        return torch.sum(f0 + (v - x0) / (x1 - x0) * (f1 - f0))
+
+    return {
+        "gp": t_gp,
+        "rosenbrock": lambda x: torch.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
+        "trimmed": lambda x, k: torch.mean(torch.sort(x ** 2).values[:k]),
+        "segmax": t_segmax,
+        "heat": t_heat,
+        "huber": t_huber,
+        "reflectpad": lambda x: torch.sum(F.pad(x, (3, 3), mode="reflect") ** 2),
+        "drawdown": lambda x: torch.sum(torch.cummax(x, dim=0).values - x),
+        "interp": t_interp,
+    }
+
+
+# -- the cases: (name, size label, numpy fn, traced args, constant args) --------------------------
+def cases(quick, rng):
+    out = []
+    n = 200 if quick else 800
+    X = rng.uniform(-3, 3, size=(n, 3))
+    y = np.sin(X[:, 0]) + 0.5 * np.cos(2 * X[:, 1]) * X[:, 2] + 0.1 * rng.normal(size=n)
+    out.append(("gp", f"n={n}", gp_nll, (np.array([0.3, -0.2]), X, y), {}))
+    n = 10 ** 5 if quick else 10 ** 6
+    out.append(("rosenbrock", f"n={n:.0e}", rosenbrock, (rng.uniform(-2, 2, size=n),), {}))
+    n = 10 ** 4 if quick else 10 ** 5
+    k = 9 * n // 10
+    out.append(("trimmed", f"n={n:.0e}, k={k}", trimmed, (rng.normal(size=n),), {"k": k}))
+    n = 10 ** 4 if quick else 10 ** 5
+    out.append(("segmax", f"n={n:.0e}, 10 labels", segmax,
+                (rng.normal(size=n),), {"labels": rng.integers(0, 10, size=n)}))
+    n = 128 if quick else 512
+    out.append(("heat", f"{n}x{n}", heat, (rng.normal(size=(n, n)),), {}))
+    n = 10 ** 4 if quick else 10 ** 5
+    out.append(("huber", f"n={n:.0e}", huber,
+                (rng.normal(size=n) * 2, rng.normal(size=n)), {}))
+    shape = (128, 256) if quick else (512, 1024)
+    out.append(("reflectpad", f"{shape[0]}x{shape[1]}", reflectpad, (rng.normal(size=shape),), {}))
+    n = 2 * 10 ** 4 if quick else 2 * 10 ** 5
+    out.append(("drawdown", f"n={n:.0e}", drawdown, (np.cumsum(rng.normal(size=n)),), {}))
+    n = 10 ** 4 if quick else 10 ** 5
+    xp = np.sort(rng.uniform(0, 10, size=1000))
+    xp[0], xp[-1] = 0.0, 10.0
+    fp = np.sin(xp) + 0.1 * xp
+    out.append(("interp", f"n={n:.0e}, 1000 knots", interp,
+                (rng.uniform(0, 10, size=n),), {"xp": xp, "fp": fp}))
+    return out
+
+
+def close(a, b, rtol, atol_frac=0.0):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    atol = atol_frac * float(np.max(np.abs(b))) if b.size else 0.0
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def _conv(consts, to_array):
+    return {k: (v if isinstance(v, int) else to_array(v)) for k, v in consts.items()}
+
+
+def run_case(case, repeat, jax, jm, torch, tm):
+    """Constants (labels, knots, the trimmed count) are closed over, as a user's closure or
+    global would be: adjit bakes them into the program, JAX and PyTorch see constants too."""
+    name, size, fn, args, consts = case
+    mismatches = []
+    np_fn = (lambda f, c: lambda *a: f(*a, **c))(fn, consts)
+    res = {}
+    ref_value = float(np_fn(*args))
+    res["eager"] = median_ms(lambda: np_fn(*args), repeat=repeat)
+
+    adj_vals = {}
+    for be in ("numpy", "numba"):
+        res[be] = res[f"compile_{be}"] = None
+        f = adjit.value_and_grad(np_fn, backend=be)
+        t0 = time.perf_counter()
+        try:
+            v, g = f(*args)
+        except Exception as e:  # noqa: BLE001 - report and go on with the other programs
+            print(f"# {name}: adjit {be} failed: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        res[f"compile_{be}"] = time.perf_counter() - t0
+        adj_vals[be] = (v, g)
+        if not close(v, ref_value, 1e-9):
+            mismatches.append(f"MISMATCH {name} adjit {be}: value {float(v)!r} vs eager NumPy "
+                              f"{ref_value!r}")
+        res[be] = median_ms((lambda f: lambda: f(*args))(f), repeat=repeat)
+
+    res["jax"] = None
+    if jax is not None:
+        jnp = jax.numpy
+        jc = _conv(consts, jnp.asarray)
+        jf = jax.jit(jax.value_and_grad((lambda f, c: lambda *a: f(*a, **c))(jm[name], jc)))
+        jargs = [jnp.asarray(a) for a in args]
+        jv, jg = jax.block_until_ready(jf(*jargs))
+        jg = np.asarray(jg)
+        if not close(jv, ref_value, 1e-9):
+            print(f"# note: {name}: JAX value {float(jv)!r} vs eager NumPy {ref_value!r}")
+        for be, (v, g) in adj_vals.items():
+            if not close(g, jg, 1e-7, 1e-12):
+                err = float(np.max(np.abs(np.asarray(g) - jg)) / np.max(np.abs(jg)))
+                mismatches.append(f"MISMATCH {name} adjit {be}: gradient differs from JAX's "
+                                  f"(largest difference {err:.2e} of the largest entry)")
+        res["jax"] = median_ms(lambda: jax.block_until_ready(jf(*jargs)), repeat=repeat)
+
+    res["torch"] = None
+    if torch is not None:
+        tc = _conv(consts, lambda a: torch.from_numpy(np.ascontiguousarray(a)))
+        tfn = (lambda f, c: lambda *a: f(*a, **c))(tm[name], tc)
+        targs = [torch.from_numpy(np.ascontiguousarray(a)) for a in args]
+        tx = targs[0].clone().requires_grad_(True)
+        rest = targs[1:]
+
+        def tstep():
+            tx.grad = None
+            out = tfn(tx, *rest)
+            out.backward()
+            return out, tx.grad
+        tv, tg = tstep()
+        if not close(tv.item(), ref_value, 1e-9):
+            print(f"# note: {name}: PyTorch value {tv.item()!r} vs eager NumPy {ref_value!r}")
+        res["torch"] = median_ms(tstep, repeat=repeat)
+    return res, mismatches
+
+
+def fmt(t, digits=2):
+    return "-" if t is None else f"{t:.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="BLAS/OpenMP/numba/XLA/PyTorch threads (default 1)")
+    ap.add_argument("--only", default=None, help="comma-separated program names")
+    args = ap.parse_args()
+    threads = args.threads or 1
+    torch, jax = optional("torch"), optional("jax")
+    if jax is not None:
+        jax.config.update("jax_enable_x64", True)
+        jm = jax_mirrors(jax)
+    else:
+        jm = None
+    tm = None
+    if torch is not None:
+        torch.set_num_threads(threads)
+        tm = torch_mirrors(torch)
+    print("\n".join("# " + line for line in machine()))
+    print(f"# glibc malloc tuned as by the adjit command (benchmarks/common.py): {tune_malloc()}")
+    env_threads = os.environ.get("OMP_NUM_THREADS")
+    print(f"# threads: {threads} (OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS={env_threads}"
+          f"{', XLA single-threaded' if threads == 1 else ''}); float64; median of "
+          f"{args.repeat} calls after warm-up{'; --quick sizes' if args.quick else ''}")
+    rng = np.random.default_rng(0)
+    todo = cases(args.quick, rng)
+    if args.only:
+        keep = set(args.only.split(","))
+        todo = [c for c in todo if c[0] in keep]
+    rows, all_mm = [], []
+    t_start = time.perf_counter()
+    for case in todo:
+        res, mm = run_case(case, args.repeat, jax, jm, torch, tm)
+        for line in mm:
+            print(line)
+        all_mm += mm
+        ok = [res[b] for b in ("numpy", "numba") if res[b] is not None]
+        best = min(ok) if ok else None
+        rows.append([case[0], case[1], fmt(res["numpy"]), fmt(res["numba"]), fmt(res["eager"]),
+                     fmt(res["jax"]), fmt(res["torch"]), fmt(res["compile_numpy"], 3),
+                     "-" if best is None else f"{best / res['eager']:.2f}",
+                     "-" if best is None or res["jax"] is None else f"{best / res['jax']:.2f}"])
+        print(f"# {case[0]} done ({time.perf_counter() - t_start:.0f} s so far; adjit numba "
+              f"first call {fmt(res['compile_numba'])} s)", flush=True)
+    print("\n### value_and_grad step, ms (adjit-best = the faster adjit backend)\n")
+    print(table(["program", "size", "adjit numpy ms", "adjit numba ms", "eager NumPy fwd ms",
+                 "JAX ms", "torch ms", "adjit compile s (numpy)", "adjit-best / eager",
+                 "adjit-best / JAX"], rows))
+    print(f"\n# {len(all_mm)} MISMATCH line(s); total {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
