@@ -317,6 +317,19 @@ def take_runs(x, ax, idx):
     return parts[0] if len(parts) == 1 else F.concatenate(parts, ax)
 
 
+def _odd_reflection(x, ax, left, right, mode):
+    """np.pad's odd reflection (2 * edge - the mirror image) along ax, for pads one reflection
+    covers: only the padded part is computed from the edge, so an inf or nan stays where NumPy
+    puts it."""
+    n = _shape_of(x)[ax]
+    even = take_runs(x, ax, np.pad(np.arange(n), (left, right), mode=mode))
+    edge = take_runs(x, ax, np.pad(np.arange(n), (left, right), mode="edge"))
+    padded = np.ones(n + left + right, bool)
+    padded[left:left + n] = False
+    padded = padded.reshape((-1,) + (1,) * (_nd(x) - ax - 1))
+    return F.where(padded, F.sub(F.mul(edge, 2.0), even), even)
+
+
 def pad(x, pad_width, mode="constant", **kw):
     """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap join slices."""
     if not isinstance(x, Tracer):
@@ -340,9 +353,12 @@ def pad(x, pad_width, mode="constant", **kw):
     if mode != "constant":
         odd = kw.get("reflect_type", "even") == "odd" and mode in ("reflect", "symmetric")
         for ax, (b, a) in enumerate(pw):
-            if (b or a) and odd:
-                # odd reflection (2 * edge - mirror) is linear in x: NumPy's padding of the
-                # identity gives the matrix that maps the axis to its padded form
+            if (b or a) and odd and max(b, a) <= shape[ax] - (mode == "reflect"):
+                x = _odd_reflection(x, ax, int(b), int(a), mode)
+            elif (b or a) and odd:
+                # reflected again and again: odd reflection is linear in x, and NumPy's
+                # padding of the identity gives its matrix (an inf or nan spreads along the
+                # line here, where NumPy keeps it in place)
                 m = np.pad(np.eye(shape[ax], dtype=x.dtype), ((int(b), int(a)), (0, 0)),
                            mode=mode, reflect_type="odd")
                 x = moveaxis(tensordot(m, x, ([1], [ax])), 0, ax)

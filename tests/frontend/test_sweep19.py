@@ -631,3 +631,18 @@ def test_a_segment_max_over_traced_labels():
         np.minimum.at(out, labels - 10, v * 2)      # negative labels count from the end
         return out
     np.testing.assert_array_equal(adjit.compile(segmin)(v, labels), segmin(v, labels))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "symmetric"])
+def test_odd_reflection_keeps_an_inf_or_nan_where_numpy_puts_it(mode):
+    for x, pw in ((np.array([1.0, 2.0, np.inf, 4.0]), 1),
+                  (np.array([[1.0, 2.0], [np.nan, 4.0]]), ((1, 0), (0, 0))),
+                  (np.cos(np.arange(20.0)).reshape(4, 5), ((3, 1), (2, 2)))):
+        f = lambda x: np.pad(x, pw, mode=mode, reflect_type="odd")  # noqa: E731
+        np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
+    x = np.cos(np.arange(20.0)).reshape(4, 5)
+    for pw in (2, 7):                  # 7: reflected again (the linear map's matrix)
+        f = lambda x: np.pad(x, pw, mode=mode, reflect_type="odd")  # noqa: E731
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x), rtol=1e-12)
+        w = np.sin(np.arange(f(x).size)).reshape(f(x).shape)
+        assert adjit.gradcheck(lambda x: np.sum(f(x) * w), x) < 1e-6
