@@ -522,28 +522,74 @@ def scan(f, x, axis, what):
 
 
 def cumulative_extreme(name, x, axis, what):
-    """np.maximum.accumulate (minimum, fmax, fmin): NumPy's accumulate, one pass; for floats
-    the values are x gathered at the position of each running extreme (the last element
-    equal to it, or the NaN that maximum and minimum carry on), so the cotangent goes there
-    (as torch.cummax), without the log n levels a scan of pairwise maxima would take."""
+    """np.maximum.accumulate (minimum, fmax, fmin): NumPy's accumulate, one pass (the op's
+    rules send the cotangent to each running extreme: see extreme_positions)."""
     if axis is None:
         raise UnsupportedError(f"{what} with axis=None{_at(user_where())}; ravel first")
     if not isinstance(x, Tracer):
         x = F.const(np.asarray(x))
     ax = _axis(axis, _nd(x), what)
-    run = x.ctx.emit("accumulate", [x], {"ufunc": name, "axis": ax})
-    if x.dtype.kind not in "fc":
-        return run
+    return x.ctx.emit("accumulate", [x], {"ufunc": name, "axis": ax})
+
+
+def extreme_positions(out, x, name, axis):
+    """Where each running extreme of accumulate's out sits in x along axis: the last element
+    equal to it (ties too, as torch.cummax), or the NaN that maximum and minimum carry on
+    (fmax/fmin: a NaN start)."""
     shape = tuple(_shape_of(x))
-    pos = np.arange(shape[ax], dtype=np.int64).reshape(
-        tuple(-1 if i == ax else 1 for i in range(len(shape))))
-    # records: where x is the running extreme (ties too), or where the result is NaN
-    # (fmax/fmin: a NaN start) or x is (maximum/minimum carry a NaN on)
-    nan_at = isnan(run) if name in ("fmax", "fmin") else isnan(x)
-    record = logical_or(F.eq(x, run), nan_at)
+    pos = np.arange(shape[axis], dtype=np.int64).reshape(
+        tuple(-1 if i == axis else 1 for i in range(len(shape))))
+    nan_at = isnan(out) if name in ("fmax", "fmin") else isnan(x)
+    record = logical_or(F.eq(x, out), nan_at)
     last = F.cast(F.where(record, np.broadcast_to(pos, shape), np.int64(0)), np.int64)
-    last = x.ctx.emit("accumulate", [last], {"ufunc": "maximum", "axis": ax})
-    return F.take_along_axis(x, last, ax)
+    return x.ctx.emit("accumulate", [last], {"ufunc": "maximum", "axis": axis})
+
+
+def cumulative_extreme_vjp(g, out, x, name, axis):
+    if x.dtype.kind != "f":
+        return None
+    key = F.along_axis_key(x, extreme_positions(out, x, name, axis), axis)
+    arrays, tkey = F.advanced_key(x, key)
+    arrays = [a if isinstance(a, Tracer) else F.lift(a, a.dtype, x.ctx) for a in arrays]
+    return F.scatter_add(g, arrays, tkey, x.shape)
+
+
+def cumulative_extreme_jvp(t, out, x, name, axis):
+    if t is None or x.dtype.kind != "f":
+        return None
+    return F.take_along_axis(t, extreme_positions(out, x, name, axis), axis)
+
+
+def _extreme_weights(out, a, v, idx):
+    """For np.maximum.at's result out: the share of each element of a and v equal to its
+    result (NaNs to a NaN result), ties split evenly, and v's positions idx."""
+    key = (("a", 0),)
+    at = F.gather(out, [idx], key)
+    ta = logical_or(F.eq(a, out), logical_and(isnan(a), isnan(out)))
+    tv = logical_or(F.eq(v, at), logical_and(isnan(v), isnan(at)))
+    ta, tv = F.cast(ta, a.dtype), F.cast(tv, a.dtype)
+    count = F.add(ta, F.scatter_add(tv, [idx], key, a.shape))
+    count = F.where(F.gt(count, 0), count, 1.0)
+    return F.div(ta, count), F.div(tv, F.gather(count, [idx], key))
+
+
+def extreme_at_vjp(g, out, a, v, idx):
+    if a.dtype.kind != "f":
+        return [None, None, None]
+    wa, wv = _extreme_weights(out, a, v, idx)
+    return [F.mul(g, wa), F.mul(F.gather(g, [idx], (("a", 0),)), wv), None]
+
+
+def extreme_at_jvp(t, out, a, v, idx):
+    if a.dtype.kind != "f" or (t[0] is None and t[1] is None):
+        return None
+    wa, wv = _extreme_weights(out, a, v, idx)
+    parts = []
+    if t[0] is not None:
+        parts.append(F.mul(t[0], wa))
+    if t[1] is not None:
+        parts.append(F.scatter_add(F.mul(t[1], wv), [idx], (("a", 0),), a.shape))
+    return parts[0] if len(parts) == 1 else F.add(*parts)
 
 
 def sort(x, axis=-1, kind=None, order=None):

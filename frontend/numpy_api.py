@@ -994,29 +994,10 @@ _AT_ROUNDS = 64     # rounds (occurrences of one position) ufunc.at unrolls for 
 
 
 def _extreme_at(name, a, pos, v):
-    """np.maximum.at(a, pos, v) & co. on flat a: NumPy's own loop for the values; for floats the
-    cotangent of each result goes to the elements equal to it (a's and v's), split evenly as
-    maximum's ties are: r + sum of w_c (c - stop_gradient(c)) with constant weights w_c, which
-    adds exact zeros to r and has derivative w_c."""
-    ctx = a.ctx
+    """np.maximum.at(a, pos, v) & co. on flat a: NumPy's own loop (registry op extreme_at)."""
     idx = pos if isinstance(pos, Tracer) else F.lift(np.asarray(pos, np.intp),
-                                                     np.dtype(np.intp), ctx)
-    a_, v_ = F.stop_gradient(a), F.stop_gradient(v)
-    r = ctx.emit("extreme_at", [a_, v_, idx], {"ufunc": name})
-    if a.dtype.kind != "f":
-        return r
-    key = (("a", 0),)
-    r_at = F.gather(r, [idx], key)
-    ta = C.logical_or(F.eq(a_, r), C.logical_and(C.isnan(a_), C.isnan(r)))
-    tv = C.logical_or(F.eq(v_, r_at), C.logical_and(C.isnan(v_), C.isnan(r_at)))
-    count = F.add(F.cast(ta, a.dtype), F.scatter_add(F.cast(tv, a.dtype), [idx], key, a.shape))
-    count = F.stop_gradient(F.where(F.gt(count, 0), count, 1.0))
-    wa = F.stop_gradient(F.div(F.cast(ta, a.dtype), count))
-    wv = F.stop_gradient(F.div(F.cast(tv, a.dtype), F.gather(count, [idx], key)))
-    finite_a, finite_v = C.isfinite(a_), C.isfinite(v_)
-    da = F.where(finite_a, F.sub(a, a_), 0.0)           # exactly 0, derivative 1
-    dv = F.where(finite_v, F.sub(v, v_), 0.0)
-    return F.add(F.add(r, F.mul(da, wa)), F.scatter_add(F.mul(dv, wv), [idx], key, a.shape))
+                                                     np.dtype(np.intp), a.ctx)
+    return a.ctx.emit("extreme_at", [a, v, idx], {"ufunc": name})
 
 
 def _ufunc_at_rounds(ufunc, a, indices, b=None):

@@ -1061,15 +1061,14 @@ _EXTREMES = ("maximum", "minimum", "fmax", "fmin")
 _register(OpDef(
     "accumulate", 1, "scan", same_shape, first_dtype,
     lambda x, ufunc, axis: getattr(np, ufunc).accumulate(x, axis=axis),
-    lambda g, out, x, ufunc, axis: [None], lambda t, out, x, ufunc, axis: None,
+    lambda g, out, x, ufunc, axis: [_COMPOSITES.cumulative_extreme_vjp(g, out, x, ufunc, axis)],
+    lambda t, out, x, ufunc, axis: _COMPOSITES.cumulative_extreme_jvp(t[0], out, x, ufunc, axis),
     # ufunc is one of _EXTREMES (the frontend checks): written as that literal name
     lambda args, a: f"np.{_EXTREMES[_EXTREMES.index(a['ufunc'])]}.accumulate({args[0]}, "
                     f"axis={int(a['axis'])})",
-    differentiable=False, show=lambda a: f"{a['ufunc']} axis={a['axis']}",
-    flops=lambda out, ins, a: _numel(out),
-    doc="np.maximum/minimum/fmax/fmin.accumulate, no gradient of its own: the frontend "
-        "gathers x at the positions of the running extremes, so the cotangent reaches the "
-        "last element equal to each (as torch.cummax)"))
+    show=lambda a: f"{a['ufunc']} axis={a['axis']}", flops=lambda out, ins, a: _numel(out),
+    doc="np.maximum/minimum/fmax/fmin.accumulate; the cotangent goes to the position of each "
+        "running extreme, the last element equal to it (as torch.cummax)"))
 def _extreme_at(a, v, idx, ufunc):
     z = a.copy()
     getattr(np, _EXTREMES[_EXTREMES.index(ufunc)]).at(z, idx, v)
@@ -1078,11 +1077,11 @@ def _extreme_at(a, v, idx, ufunc):
 
 _register(OpDef(
     "extreme_at", 3, "index", lambda s, a: s[0], first_dtype, _extreme_at,
-    lambda g, out, a, v, idx, ufunc: [None, None, None], lambda t, out, *xs, ufunc: None, None,
-    differentiable=False, show=lambda a: a["ufunc"],
-    flops=lambda out, ins, a: _numel(ins[1]),
-    doc="np.maximum.at(a.copy(), idx, v) (minimum, fmax, fmin), no gradient of its own: the "
-        "frontend sends the cotangent to the elements equal to each result, ties split evenly"))
+    lambda g, out, a, v, idx, ufunc: _COMPOSITES.extreme_at_vjp(g, out, a, v, idx),
+    lambda t, out, a, v, idx, ufunc: _COMPOSITES.extreme_at_jvp(t, out, a, v, idx), None,
+    show=lambda a: a["ufunc"], flops=lambda out, ins, a: _numel(ins[1]),
+    doc="np.maximum.at(a.copy(), idx, v) (minimum, fmax, fmin); the cotangent of each result "
+        "goes to the elements of a and v equal to it, ties split evenly (as JAX)"))
 unary("floor", np.floor, lambda g, out, x: [None], lambda t, out, x: None, "np.floor({0})",
       "np.floor({0})", "floor({0})", differentiable=False)
 unary("ceil", np.ceil, lambda g, out, x: [None], lambda t, out, x: None, "np.ceil({0})",
