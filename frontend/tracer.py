@@ -36,13 +36,11 @@ _BOXES = 4      # collected writes placed box by box (see Tracer._boxes) at most
 
 
 def _is_zero_const(g, n):
-    """Is node n a constant of zeros (seen through broadcasts and reshapes)?"""
-    while g[n]["op"] in ("broadcast_to", "reshape"):
-        n = g[n]["args"][0]
-    if g[n]["op"] != "const":
-        return False
-    v = np.asarray(g[n]["attrs"]["value"])
-    return v.dtype.kind in "biuf" and not v.any() and not np.signbit(v).any()
+    """Is node n a constant of zeros, +0.0 (seen through broadcasts and reshapes)?"""
+    from ..passes.simplify import constant_value
+    v = constant_value(g, n)
+    return v is not None and v.dtype.kind in "biuf" and not v.any() and \
+        not np.signbit(v).any()
 _STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
 
 

@@ -21,7 +21,7 @@ from ..frontend.tracer import TraceContext, Tracer, current, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
 from ..ir.ops import OPS
-from .simplify import uniform_value
+from .simplify import constant_value, uniform_value
 
 
 def _relevant(g: Graph, wrt_ids, out_ids):
@@ -145,20 +145,13 @@ def _may_blow_up(g, a, memo):
             op = OPS[g[n]["op"]]
             own = op.blows_up
             if callable(own):
-                own = own(*[_constant(g, a) for a in g.args(n)])
+                own = own(*[constant_value(g, a) for a in g.args(n)])
             if op.name == "const":
                 v = np.asarray(g[n]["attrs"]["value"])
                 # x * [1, nan, inf] is nan or inf where x is finite
                 own = v.dtype.kind in "fc" and not np.isfinite(v).all()
             memo[n] = own or (op.kind in _KEEPS_ZEROS and any(memo[x] for x in g.args(n)))
     return memo[a]
-
-
-def _constant(g, n):
-    """The values of a constant node (seen through broadcasts, reshapes and casts), else None."""
-    while g[n]["op"] in ("broadcast_to", "reshape", "cast"):
-        n = g[n]["args"][0]
-    return np.asarray(g[n]["attrs"]["value"]) if g[n]["op"] == "const" else None
 
 
 _COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))

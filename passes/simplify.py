@@ -29,16 +29,17 @@ def _attr_key(attrs):
     return tuple(items)
 
 
+def constant_value(g: Graph, n):
+    """The values of a constant node (seen through broadcasts/reshapes), else None."""
+    while g[n]["op"] in ("broadcast_to", "reshape"):
+        n = g[n]["args"][0]
+    return np.asarray(g[n]["attrs"]["value"]) if g[n]["op"] == "const" else None
+
+
 def uniform_value(g: Graph, n):
     """The single value of a constant node (seen through broadcasts/reshapes), else None."""
-    d = g[n]
-    while d["op"] in ("broadcast_to", "reshape"):
-        n = d["args"][0]
-        d = g[n]
-    if d["op"] != "const":
-        return None
-    v = np.asarray(d["attrs"]["value"])
-    if v.size == 0:
+    v = constant_value(g, n)
+    if v is None or v.size == 0:
         return None
     first = v.flat[0]
     if v.size > 1 and not np.all(v == first):
