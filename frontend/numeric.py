@@ -14,6 +14,7 @@ import numpy as np
 
 from ..ir.errors import ShapeError, UnsupportedError
 from ..ir.ops import OPS
+from . import buffer as B
 from . import composites as C
 from . import functions as F
 from .tracer import Tracer, _at, user_where
@@ -944,3 +945,260 @@ def vander(x, N=None, increasing=False):
     if not increasing:
         cols = cols[::-1]
     return F.concatenate(cols, 1) if cols else F.getitem(F.mul(col, 0), (slice(None), slice(0, 0)))
+
+
+# -- spacing, polynomials, phase and histogram functions ----------------------------------------
+def _arg(v):
+    """A Tracer, or a NumPy array for a constant (an array made inside resolved to its value)."""
+    v = B.resolve(v)
+    return v if isinstance(v, Tracer) else np.asarray(v)
+
+
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    """np.logspace with traced ends or base: base ** linspace(start, stop)."""
+    base = _arg(base)
+    y = linspace(_arg(start), _arg(stop), num=num, endpoint=endpoint, axis=axis)
+    if _shape_of(base):    # an array of bases broadcasts against the ends, as in NumPy
+        base = F.expand_dims(base, axis) if isinstance(base, Tracer) else \
+            np.expand_dims(base, axis)
+    r = F.power(base, y)
+    return r if dtype is None else F.cast(r, np.dtype(dtype))
+
+
+def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+    """np.geomspace with traced ends: logspace of log10 |ends| in the ends' sign, the ends
+    themselves exact (a zero end gives inf/nan, where NumPy raises)."""
+    start, stop = _arg(start), _arg(stop)
+    dt = F.result_dtype(start, stop, float(num))
+    start, stop = (F.cast(v, dt) if isinstance(v, Tracer) else np.asarray(v, dt)
+                   for v in (start, stop))
+    sign = F.stop_gradient(F.sign(start)) if isinstance(start, Tracer) else np.sign(start)
+    s, e = F.div(start, sign), F.div(stop, sign)
+    y = logspace(F._elementwise("log10", [s], float_only=True), F._elementwise("log10", [e], float_only=True), num=num, endpoint=endpoint, base=10.0)
+    shape = tuple(_shape_of(y))[1:]
+    parts = [F.reshape(F.broadcast_to(s, shape), (1,) + shape)] if num > 0 else []
+    if num > 1:
+        inner = F.getitem(y, slice(1, num - 1 if endpoint else num))
+        parts += [inner] + ([F.reshape(F.broadcast_to(e, shape), (1,) + shape)]
+                            if endpoint else [])
+    y = F.concatenate(parts, 0) if parts else y
+    y = F.mul(y, sign)
+    if axis != 0:
+        y = C.moveaxis(y, 0, axis)
+    return y if dtype is None else F.cast(y, np.dtype(dtype))
+
+
+def _coefficients(p, what):
+    p = _arg(p)
+    if len(_shape_of(p)) != 1:
+        raise UnsupportedError(f"np.{what} of coefficients of shape {tuple(_shape_of(p))}"
+                               f"{_at(user_where())}: adjit takes a 1-d array (np.poly1d "
+                               "objects are not traced)")
+    if _dtype_of(p).kind not in "fc":
+        p = F.cast(p, np.float64) if isinstance(p, Tracer) else p.astype(np.float64)
+    return p
+
+
+def polyder(p, m=1):
+    """np.polyder of a 1-d coefficient array: each coefficient times its power, m times."""
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = _coefficients(p, "polyder")
+    for _ in range(m):
+        n = _shape_of(p)[0] - 1
+        if n <= 0:
+            return F.mul(F.getitem(p, slice(0, 1)), 0.0) if n == 0 else p
+        p = F.mul(F.getitem(p, slice(0, n)), np.arange(n, 0, -1, dtype=_dtype_of(p)))
+    return p
+
+
+def polyint(p, m=1, k=None):
+    """np.polyint of a 1-d coefficient array, the integration constants k (0 by default)."""
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    p = _coefficients(p, "polyint")
+    ks = [0.0] * m if k is None else list(np.atleast_1d(k) if not isinstance(k, Tracer)
+                                           else [k]) if m else []
+    if len(ks) == 1 and m > 1:
+        ks = ks * m
+    if len(ks) < m:
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
+    for i in range(m):
+        n = _shape_of(p)[0]
+        c = ks[i]
+        c = F.reshape(F.cast(c, _dtype_of(p)), (1,)) if isinstance(c, Tracer) else \
+            np.asarray([c], _dtype_of(p))
+        p = F.concatenate([F.div(p, np.arange(n, 0, -1, dtype=_dtype_of(p))), c], 0)
+    return p
+
+
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """np.polyfit: the least-squares coefficients (highest power first), as NumPy: the
+    Vandermonde columns scaled to unit norm, then lstsq; traced x, y or w."""
+    from .decompositions import lstsq
+    if full or cov:
+        raise UnsupportedError(f"np.polyfit(..., full=True / cov=True){_at(user_where())}: "
+                               "adjit traces the coefficients only")
+    order = int(deg) + 1
+    x, y = _arg(x), _arg(y)
+    x = F.add(x, 0.0) if isinstance(x, Tracer) else np.asarray(x) + 0.0
+    y = F.add(y, 0.0) if isinstance(y, Tracer) else np.asarray(y) + 0.0
+    if len(_shape_of(x)) != 1 or len(_shape_of(y)) not in (1, 2) or \
+            _shape_of(x)[0] != _shape_of(y)[0]:
+        raise TypeError("expected 1D vector for x and 1D or 2D y of the same length")
+    if rcond is None:
+        rcond = len(_shape_of(x) and range(_shape_of(x)[0])) * np.finfo(_dtype_of(x)).eps
+    lhs = vander(x, order)
+    rhs = y
+    if w is not None:
+        w = _arg(w)
+        lhs = F.mul(lhs, F.reshape(w, (-1, 1)))
+        rhs = F.mul(rhs, w if len(_shape_of(rhs)) == 1 else F.reshape(w, (-1, 1)))
+    scale = F.sqrt(F.sum(F.mul(lhs, lhs), axis=0))
+    c = lstsq(F.div(lhs, scale), rhs, rcond)[0]
+    return F.div(c, scale if len(_shape_of(c)) == 1 else F.reshape(scale, (-1, 1)))
+
+
+def _chbevl(x, vals):
+    b0, b1, b2 = vals[0], 0.0, 0.0
+    for v in vals[1:]:
+        b2, b1 = b1, b0
+        b0 = F.add(F.sub(F.mul(x, b1), b2), v)
+    return F.mul(F.sub(b0, b2), 0.5)
+
+
+def i0(x):
+    """np.i0, the modified Bessel function of order 0, by NumPy's own Chebyshev series
+    (Cephes) on |x| <= 8 and beyond; its derivative is the series' (about I1)."""
+    from numpy.lib import _function_base_impl as impl
+    x = _arg(x)
+    if _dtype_of(x).kind not in "f":
+        x = F.cast(x, np.float64) if isinstance(x, Tracer) else x.astype(np.float64)
+    a = F.abs(x)
+    small = F.le(a, 8.0)
+    inner = F.mul(F.exp(a), _chbevl(F.sub(F.div(a, 2.0), 2.0), impl._i0A))
+    far = F.where(small, 16.0, a)      # the branch not taken sees a harmless argument
+    outer = F.div(F.mul(F.exp(far), _chbevl(F.sub(F.div(32.0, far), 2.0), impl._i0B)),
+                  F.sqrt(far))
+    return F.where(small, inner, outer)
+
+
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """np.unwrap: jumps of more than discont between neighbours taken back by multiples of
+    period. The corrections are constant pieces: the gradient passes through unchanged."""
+    p = _arg(p)
+    nd = len(_shape_of(p))
+    axis = axis + nd if axis < 0 else axis
+    n = _shape_of(p)[axis]
+    if discont is None:
+        discont = period / 2
+    dt = F.result_dtype(p, period)
+    if dt.kind in "iu":
+        raise UnsupportedError(f"np.unwrap of integer phases{_at(user_where())}: cast to "
+                               "float first")
+    if n < 2:
+        return F.cast(p, dt) if isinstance(p, Tracer) else p.astype(dt)
+    sl = [slice(None)] * nd
+    dd = C.diff(p, axis=axis)
+    high = period / 2
+    ddmod = F.sub(remainder(F.add(dd, high), period), high)
+    ddmod = F.where(C.logical_and(F.eq(ddmod, -high), F.gt(dd, 0)), high, ddmod)
+    correct = F.where(F.lt(F.abs(dd), discont), 0.0, F.sub(ddmod, dd))
+    correct = F.stop_gradient(F.cumsum(correct, axis=axis))
+    sl[axis] = slice(0, 1)
+    head = F.getitem(p, tuple(sl))
+    sl[axis] = slice(1, None)
+    rest = F.add(F.getitem(p, tuple(sl)), correct)
+    out = F.concatenate([F.cast(head, dt) if isinstance(head, Tracer) else head.astype(dt),
+                         F.cast(rest, dt)], axis)
+    return out
+
+
+def extract(condition, arr):
+    """np.extract(condition, arr): arr.ravel()[condition.ravel() != 0] for a constant condition."""
+    if isinstance(B.resolve(condition), Tracer):
+        raise UnsupportedError(
+            f"np.extract with a traced condition{_at(user_where())}: the result's length "
+            "depends on the values. Use np.where(condition, arr, 0) (and a sum), or a mask")
+    cond = np.ravel(np.asarray(condition)) != 0
+    flat = F.ravel(_arg(arr))
+    return F.getitem(flat, np.nonzero(cond[:_shape_of(flat)[0]])[0])
+
+
+def real_if_close(a, tol=100):
+    """adjit's arrays are real: np.real_if_close returns them unchanged."""
+    return _arg(a)
+
+
+def angle(z, deg=False):
+    """np.angle of a real array: pi where the sign bit is set, else 0 (nan stays nan)."""
+    z = _arg(z)
+    if _dtype_of(z).kind not in "f":
+        z = F.cast(z, np.float64) if isinstance(z, Tracer) else z.astype(np.float64)
+    r = F.where(C.isnan(z), z, F.where(C.signbit(z), np.pi, 0.0))
+    r = F.stop_gradient(F.cast(r, _dtype_of(z)))
+    return F.mul(r, 180.0 / np.pi) if deg else r
+
+
+def histogram(a, bins=10, range=None, density=None, weights=None):
+    """np.histogram of constant data with traced weights: the weights summed per bin (NumPy's
+    bins, the last one closed). Traced data would move samples between bins: refused."""
+    if isinstance(B.resolve(a), Tracer) or isinstance(B.resolve(bins), Tracer):
+        raise UnsupportedError(
+            f"np.histogram of traced data{_at(user_where())}: which bin a sample falls in is "
+            "not differentiable. Pass the data as a constant, or write a soft histogram "
+            "(e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
+    a = np.asarray(a)
+    edges = np.histogram_bin_edges(a, bins, range)
+    if weights is None:
+        return np.histogram(a, edges, density=density)
+    w = B.resolve(weights)
+    if tuple(_shape_of(w)) != a.shape:
+        raise ValueError("weights should have the same shape as a.")
+    flat = a.ravel()
+    keep = (flat >= edges[0]) & (flat <= edges[-1])
+    idx = np.searchsorted(edges, flat[keep], side="right") - 1
+    idx[idx == len(edges) - 1] -= 1        # the last bin includes its right edge
+    wv = F.getitem(F.ravel(w), np.nonzero(keep)[0])
+    if _dtype_of(w).kind not in "fc":
+        wv = F.cast(wv, np.float64)
+    hist = F.scatter_add(wv, [idx.astype(np.intp)], (("a", 0),), (len(edges) - 1,))
+    if density:
+        hist = F.div(hist, F.mul(F.sum(hist), np.diff(edges)))
+    return hist, edges
+
+
+def tensorsolve(a, b, axes=None):
+    """np.linalg.tensorsolve: a reshaped to a square matrix, then solve."""
+    from .linalg import solve
+    a, b = _arg(a), _arg(b)
+    if axes is not None:
+        nd = len(_shape_of(a))
+        allaxes = list(range(nd))
+        for k in axes:
+            allaxes.remove(k)
+            allaxes.insert(nd, k)
+        a = F.transpose(a, tuple(allaxes))
+    oldshape = tuple(_shape_of(a))[-(len(_shape_of(a)) - len(_shape_of(b))):]
+    prod = int(np.prod(oldshape))
+    if int(np.prod(tuple(_shape_of(a)))) != prod * prod:
+        raise np.linalg.LinAlgError(
+            "Input arrays must satisfy the requirement prod(a.shape[b.ndim:]) == "
+            "prod(a.shape[:b.ndim])")
+    r = solve(F.reshape(a, (prod, prod)), F.reshape(b, (prod,)))
+    return F.reshape(r, oldshape)
+
+
+def tensorinv(a, ind=2):
+    """np.linalg.tensorinv: the inverse of a reshaped to a square matrix."""
+    from .linalg import inv
+    a = _arg(a)
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    shape = tuple(_shape_of(a))
+    invshape = shape[ind:] + shape[:ind]
+    prod = int(np.prod(shape[ind:]))
+    if int(np.prod(shape[:ind])) != prod:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    return F.reshape(inv(F.reshape(a, (-1, prod))), invshape)
+

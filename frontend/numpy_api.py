@@ -710,6 +710,12 @@ FUNCTIONS.update({
     np.nancumprod: N.nancumprod, np.broadcast_arrays: N.broadcast_arrays,
     np.diagflat: N.diagflat, np.delete: N.delete, np.insert: N.insert, np.block: N.block,
     np.nanmedian: S.nanmedian,
+    np.logspace: N.logspace, np.geomspace: N.geomspace, np.polyder: N.polyder,
+    np.polyint: N.polyint, np.polyfit: N.polyfit, np.i0: N.i0, np.unwrap: N.unwrap,
+    np.extract: N.extract, np.real_if_close: N.real_if_close, np.angle: N.angle,
+    np.histogram: N.histogram, np.linalg.tensorsolve: N.tensorsolve,
+    np.linalg.tensorinv: N.tensorinv,
+    np.linalg.cross: lambda x1, x2, /, *, axis=-1: C.cross(x1, x2, axis=axis),
     np.array_equal: N.refuse_python_bool("array_equal"),
     np.array_equiv: N.refuse_python_bool("array_equiv"),
 })
@@ -959,11 +965,61 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             return C.cumulative_extreme(ufunc.__name__, x, axis,
                                         f"np.{ufunc.__name__}.accumulate")
         return C.scan(UFUNCS[ufunc], x, axis, f"np.{ufunc.__name__}.accumulate")
+    if method == "reduceat" and (ufunc in _REDUCE or ufunc in _ASSOCIATIVE) and \
+            set(kwargs) <= {"axis", "dtype"}:
+        return _reduceat(ufunc, *inputs, **kwargs)
     if method == "outer" and ufunc in UFUNCS and ufunc.nin == 2:
         a, b = inputs   # np.add.outer(a, b): a's axes first, then b's
         a = F.reshape(a, tuple(F._shape_of(a)) + (1,) * len(F._shape_of(b)))
         return array_ufunc(ufunc, "__call__", (a, b), kwargs)
     _unsupported(ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}")
+
+
+def _reduceat(ufunc, x, indices, axis=0, dtype=None):
+    """np.add.reduceat(x, indices, axis) & co. at constant indices: output i reduces
+    x[indices[i]:indices[i + 1]] along axis, or is x[indices[i]] where the next index is not
+    larger, as NumPy. np.add is one gather and one scatter-add; other ufuncs reduce each
+    segment."""
+    name = f"np.{ufunc.__name__}.reduceat"
+    if _holds_tracer(indices):
+        raise UnsupportedError(f"{name} at traced indices{_at(user_where())}: the segments "
+                               "must be known when tracing (use np.add.at with labels)")
+    x = B.resolve(x)
+    if not isinstance(x, Tracer):
+        return ufunc.reduceat(np.asarray(x), indices, axis=axis, dtype=dtype)
+    if dtype is not None:
+        x = F.cast(x, dtype)
+    nd = len(F._shape_of(x))
+    ax = F._norm_axes((axis,), nd, name)[0]
+    n = F._shape_of(x)[ax]
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise TypeError(f"{name}: indices must be a 1-d integer array")
+    idx = np.where(idx < 0, idx + n, idx)
+    if np.any((idx < 0) | (idx >= n)):
+        raise IndexError(f"index out of bounds in {name}")
+    ends = np.append(idx[1:], n)
+    ends = np.where(ends > idx, ends, idx + 1)   # a non-increasing pair takes x[indices[i]]
+    pos = np.concatenate([np.arange(a, b) for a, b in zip(idx, ends)]).astype(np.intp)
+    seg = np.repeat(np.arange(len(idx)), ends - idx)
+    if ufunc is np.add:
+        moved = C.moveaxis(x, ax, 0)
+        rest = tuple(F._shape_of(moved))[1:]
+        r = int(np.prod(rest))
+        gathered = F.reshape(F.getitem(moved, pos), (-1,))
+        flat = (seg[:, None] * r + np.arange(r)[None, :]).reshape(-1).astype(np.intp)
+        out = F.reshape(F.scatter_add(gathered, [flat], (("a", 0),), (len(idx) * r,)),
+                        (len(idx),) + rest)
+        return C.moveaxis(out, 0, ax)
+    if len(idx) > _AT_ROUNDS * 4:
+        _unsupported(f"{ufunc.__name__}.reduceat of more than {_AT_ROUNDS * 4} segments")
+    sl = [slice(None)] * nd
+    parts = []
+    for a, b in zip(idx, ends):
+        sl[ax] = slice(int(a), int(b))
+        parts.append(array_ufunc(ufunc, "reduce", (F.getitem(x, tuple(sl)),),
+                                 {"axis": ax, "keepdims": True}))
+    return F.concatenate(parts, ax)
 
 
 def _ufunc_at(ufunc, a, indices, b=None):

@@ -1,0 +1,94 @@
+"""Regressions and additions from the ninth session (sweep 20): NumPy functions users call that
+adjit now traces (np.logspace/geomspace of traced ends, polyder/polyint/polyfit, np.i0,
+np.unwrap, np.extract, np.histogram with traced weights, np.add.reduceat, tensorsolve/tensorinv,
+np.linalg.cross, np.angle and np.real_if_close of real arrays)."""
+import numpy as np
+import pytest
+
+import adjit
+
+_A = np.array([[4.0, 1.0, 0.5, 0.0], [1.0, 3.0, 0.2, 0.1], [0.5, 0.2, 5.0, 1.0],
+               [0.0, 0.1, 1.0, 2.0]])
+_DATA = np.array([0.1, 0.5, 0.9, 0.3, 1.0, -0.2, 0.45, 0.55])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: np.sum(np.logspace(x[0], x[1], 7) * np.arange(7)), np.array([0.2, 1.3])),
+    (lambda x: np.sum(np.logspace(x[0], x[1], 5, endpoint=False, base=2.0)), np.array([-1., 2.])),
+    (lambda x: np.sum(np.logspace(0.0, x[:2], 4, axis=1) ** 2), np.array([0.5, 1.5, 0.0])),
+    (lambda x: np.sum(np.logspace(x[0], 1.0, 4, base=x[1])), np.array([0.3, 3.0])),
+    (lambda x: np.sum(np.geomspace(x[0], x[1], 6) * np.arange(6)), np.array([0.5, 20.0])),
+    (lambda x: np.sum(np.geomspace(-x[0], -x[1], 5, endpoint=False)), np.array([2.0, 50.0])),
+    (lambda x: np.sum(np.geomspace(1.0, x, 3, axis=-1) ** 2), np.array([2.0, 8.0])),
+    (lambda p: np.polyval(np.polyder(p), 0.7), np.array([1.0, -2.0, 3.0, 0.5])),
+    (lambda p: np.sum(np.polyder(p, 2) ** 2), np.array([1.0, -2.0, 3.0, 0.5, 2.0])),
+    (lambda p: np.polyval(np.polyint(p), 0.7), np.array([1.0, -2.0, 3.0])),
+    (lambda p: np.sum(np.polyint(p, 2, k=[1.0, 2.0]) ** 2), np.array([1.0, -2.0, 3.0])),
+    (lambda p: np.sum(np.polyint(p, k=p[0]) ** 2), np.array([1.0, -2.0, 3.0])),
+    (lambda y: np.sum(np.polyfit(np.linspace(0, 1, 8), y, 2) ** 2), np.cos(np.arange(8.0))),
+    (lambda y: np.sum(np.polyfit(np.linspace(0, 1, 8), y.reshape(8, 2), 3) ** 2),
+     np.cos(np.arange(16.0))),
+    (lambda y: np.sum(np.polyfit(np.linspace(0, 1, 8), y, 1, w=np.arange(1.0, 9.0)) ** 2),
+     np.cos(np.arange(8.0))),
+    (lambda x: np.sum(np.polyfit(x, np.sin(np.arange(8.0)), 2) ** 2), np.linspace(0, 2, 8)),
+    (lambda x: np.sum(np.log(np.i0(x)) * np.arange(7)),
+     np.array([-9.0, -3.0, 0.0, 0.5, 7.9, 8.1, 20.0])),
+    (lambda x: np.sum(np.unwrap(x) * np.arange(6)), np.array([0.0, 3.0, 6.2, -1.0, 9.0, 3.1])),
+    (lambda x: np.sum(np.unwrap(x.reshape(2, 3), axis=0) ** 2),
+     np.array([0.0, 3.0, 6.2, -1.0, 9.0, 3.1])),
+    (lambda x: np.sum(np.unwrap(x, period=4.0, discont=2.5) ** 2),
+     np.array([0.0, 1.9, 3.95, 0.2, 5.0, -3.0])),
+    (lambda x: np.sum(np.unwrap(x * 180 / np.pi, period=360) ** 2),
+     np.array([0.1, 3.0, 6.0, -1.0, 9.0, 3.1])),
+    (lambda x: np.sum(np.extract(np.array([1, 0, 2, 0, 1, 1]), x) ** 2), np.arange(6.0)),
+    (lambda w: np.sum(np.histogram(_DATA, bins=3, range=(0, 1), weights=w)[0] ** 2),
+     np.linspace(0.5, 2, 8)),
+    (lambda w: np.sum(np.histogram(_DATA, bins=[-1, 0.2, 0.5, 2], weights=w, density=True)[0]
+                      * np.arange(3)), np.linspace(0.5, 2, 8)),
+    (lambda x: np.sum(np.add.reduceat(x, [0, 2, 2, 5, 1]) ** 2), np.arange(7.0) - 3),
+    (lambda x: np.sum(np.add.reduceat(x.reshape(3, 4), [0, 3, 1], axis=1) ** 2),
+     np.arange(12.0) - 3),
+    (lambda x: np.sum(np.maximum.reduceat(x, [0, 3, 5]) ** 2), np.cos(np.arange(7.0))),
+    (lambda x: np.sum(np.multiply.reduceat(x.reshape(4, 2), [0, 2], axis=0) ** 2),
+     np.cos(np.arange(8.0))),
+    (lambda b: np.sum(np.linalg.tensorsolve(_A.reshape(2, 2, 2, 2), b.reshape(2, 2)) ** 2),
+     np.array([1.0, -2.0, 0.5, 3.0])),
+    (lambda a: np.sum(np.linalg.tensorsolve(a.reshape(2, 2, 4), np.arange(1.0, 5.0).reshape(2, 2))
+                      ** 2), _A.ravel()),
+    (lambda a: np.sum(np.sin(np.linalg.tensorinv(a.reshape(2, 2, 4), ind=2))), _A.ravel()),
+    (lambda a: np.sum(np.linalg.tensorinv(a.reshape(4, 2, 2), ind=1) ** 2), _A.ravel()),
+    (lambda x: np.sum(np.linalg.cross(x[:6].reshape(2, 3), x[6:].reshape(2, 3)) ** 2),
+     np.cos(np.arange(12.0))),
+    (lambda x: np.sum(np.real_if_close(x) ** 2 + np.angle(x) * x), np.array([-1.0, 0.5, 2.0])),
+])
+def test_more_numpy_functions_match_numpy(fn, x, backend):
+    value, g = adjit.value_and_grad(fn, backend=backend)(x)
+    np.testing.assert_allclose(value, fn(x), rtol=1e-10)
+    assert adjit.gradcheck(fn, x, backend=backend, eps=1e-5) < 1e-6
+
+
+def test_geomspace_keeps_its_ends_exact_and_takes_dtype():
+    f = adjit.compile(lambda a, b: np.geomspace(a, b, 7, dtype=np.float32), backend="numpy")
+    r = f(np.float64(1e-3), np.float64(7.0))
+    want = np.geomspace(1e-3, 7.0, 7, dtype=np.float32)
+    assert r.dtype == np.float32 and r[0] == want[0] and r[-1] == want[-1]
+    np.testing.assert_allclose(r, want, rtol=1e-6)
+
+
+def test_angle_in_degrees_and_of_nan_matches_numpy():
+    x = np.array([-2.0, -0.0, 0.0, 3.0, np.nan])
+    r = adjit.compile(lambda x: np.angle(x, deg=True), backend="numpy")(x)
+    np.testing.assert_array_equal(r, np.angle(x, deg=True))
+
+
+def test_histogram_of_traced_data_is_refused_with_advice():
+    with pytest.raises(adjit.UnsupportedError, match=r"test_sweep20.py:\d+.*soft histogram"):
+        adjit.grad(lambda x: np.sum(np.histogram(x, bins=3)[0] * 1.0))(np.ones(4))
+
+
+def test_reduceat_of_traced_indices_and_extract_of_a_traced_condition_are_refused():
+    with pytest.raises(adjit.UnsupportedError, match="traced indices"):
+        adjit.grad(lambda x: np.sum(np.add.reduceat(x, np.argsort(x)[:2])))(np.arange(4.0))
+    with pytest.raises(adjit.UnsupportedError, match=r"np.extract with a traced condition"):
+        adjit.grad(lambda x: np.sum(np.extract(x > 1, x)))(np.arange(4.0))
