@@ -1,4 +1,5 @@
-"""Pytrees: nested dicts, lists and tuples of arrays, flattened to leaves and rebuilt.
+"""Pytrees: nested dicts, lists, tuples, namedtuples and dataclass instances of arrays,
+flattened to leaves and rebuilt.
 
 A treedef is hashable, so it is part of the compile cache key; leaf paths give inputs
 readable names (`params['W1']`).
@@ -6,8 +7,16 @@ readable names (`params['W1']`).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import types
+
+import numpy as np
 
 LEAF = ("leaf",)
+# what a dataclass field may hold as configuration: part of the treedef, not traced
+_STATIC = (str, bytes, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           functools.partial, np.ufunc)
 
 
 def flatten(tree, path="x"):
@@ -31,6 +40,14 @@ def _flatten(t, path, leaves, paths):
         kind = "list" if isinstance(t, list) else "tuple"
         return (kind, len(t), tuple(_flatten(v, f"{path}[{i}]", leaves, paths)
                                     for i, v in enumerate(t)))
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):
+        # a dataclass of parameters: its fields are the children, rebuilt without calling
+        # __init__ or __post_init__ (a gradient has the argument's class, as in JAX)
+        # fields holding strings or functions (an activation's name) are static
+        names = tuple(f.name for f in dataclasses.fields(t))
+        return ("dataclass", (type(t), names), tuple(
+            ("static", getattr(t, f), ()) if isinstance(getattr(t, f), _STATIC)
+            else _flatten(getattr(t, f), f"{path}.{f}", leaves, paths) for f in names))
     if t is None:
         return ("none",)
     leaves.append(t)
@@ -58,11 +75,19 @@ def _unflatten(td, it):
         return next(it)
     if kind == "none":
         return None
+    if kind == "static":
+        return td[1]
     if kind == "dict":
         d = {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
         return td[3](d) if len(td) > 3 else d
     if kind == "namedtuple":
         return td[1](*[_unflatten(c, it) for c in td[2]])
+    if kind == "dataclass":
+        cls, names = td[1]
+        obj = cls.__new__(cls)
+        for f, c in zip(names, td[2]):
+            object.__setattr__(obj, f, _unflatten(c, it))   # frozen ones too
+        return obj
     children = [_unflatten(c, it) for c in td[2]]
     return children if kind == "list" else tuple(children)
 
@@ -97,13 +122,23 @@ def flatten_like(tree, treedef, what="value"):
     def walk(t, td, path):
         kind = td[0]
         if kind == "leaf":
-            if isinstance(t, (dict, list, tuple)) or t is None:
+            if isinstance(t, (dict, list, tuple)) or t is None or (
+                    dataclasses.is_dataclass(t) and not isinstance(t, type)):
                 raise ShapeError(f"{what}: expected an array at {path}, got "
                                  f"{type(t).__name__}")
             out.append(t)
         elif kind == "none":
             if t is not None:
                 raise ShapeError(f"{what}: expected None at {path}, got {type(t).__name__}")
+        elif kind == "static":
+            pass
+        elif kind == "dataclass":
+            cls, names = td[1]
+            if type(t) is not cls:
+                raise ShapeError(f"{what}: expected a {cls.__name__} at {path}, got "
+                                 f"{type(t).__name__}")
+            for f, c in zip(names, td[2]):
+                walk(getattr(t, f), c, f"{path}.{f}")
         elif kind == "dict":
             if not isinstance(t, dict) or set(t) != set(td[1]):
                 got = sorted(map(repr, t)) if isinstance(t, dict) else type(t).__name__

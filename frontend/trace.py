@@ -134,9 +134,9 @@ def leaf_spec(leaf, what):
         hint = ""
         if a.dtype == object and a.ndim == 0:
             hint = (f" A {type(leaf).__name__} is not a container adjit looks into: arguments "
-                    "may be arrays, numbers, and dicts, lists, tuples and namedtuples of them "
-                    "(pass dataclasses.asdict(obj) or a namedtuple; a hashable configuration "
-                    "object may be static).")
+                    "may be arrays, numbers, and dicts, lists, tuples, namedtuples and "
+                    "dataclass instances of them (pass its arrays in one of those; a hashable "
+                    "configuration object may be static).")
             if what == "self":
                 hint += (" For a compiled method, static_argnums=0 makes the instance static: "
                          "the arrays it holds are read at the first call, so pass parameters "

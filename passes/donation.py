@@ -84,7 +84,7 @@ def _subtrees(tree, offset=0):
     if tree is None:
         return
     yield tree, offset
-    if tree[0] in ("dict", "namedtuple", "list", "tuple"):
+    if tree[0] in ("dict", "namedtuple", "dataclass", "list", "tuple"):
         for child in tree[2]:
             yield from _subtrees(child, offset)
             offset += pytree.num_leaves(child)

@@ -1,7 +1,9 @@
 """Regressions and additions from the ninth session (sweep 20): NumPy functions users call that
 adjit now traces (np.logspace/geomspace of traced ends, polyder/polyint/polyfit, np.i0,
 np.unwrap, np.extract, np.histogram with traced weights, np.add.reduceat, tensorsolve/tensorinv,
-np.linalg.cross, np.angle and np.real_if_close of real arrays)."""
+np.linalg.cross, np.angle and np.real_if_close of real arrays); dataclass arguments."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,53 @@ def test_reduceat_of_traced_indices_and_extract_of_a_traced_condition_are_refuse
         adjit.grad(lambda x: np.sum(np.add.reduceat(x, np.argsort(x)[:2])))(np.arange(4.0))
     with pytest.raises(adjit.UnsupportedError, match=r"np.extract with a traced condition"):
         adjit.grad(lambda x: np.sum(np.extract(x > 1, x)))(np.arange(4.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    W: np.ndarray
+    b: np.ndarray
+    act: str = "tanh"
+
+    def __call__(self, x):
+        z = x @ self.W + self.b
+        return np.tanh(z) if self.act == "tanh" else np.maximum(z, 0.0)
+
+
+@dataclasses.dataclass
+class _Net:
+    first: _Layer
+    rest: list
+    scale: float = 1.0
+    post: object = np.sqrt
+
+
+def _net_loss(net, x, y):
+    h = net.first(x)
+    for layer in net.rest:
+        h = layer(h)
+    return np.mean((net.post(h * h + 1.0) * net.scale - y) ** 2)
+
+
+def test_dataclass_arguments_are_pytrees_and_gradients_keep_their_class():
+    rng = np.random.default_rng(0)
+    net = _Net(_Layer(rng.normal(size=(3, 4)), np.zeros(4)),
+               [_Layer(rng.normal(size=(4, 1)), np.full(1, 0.1), act="relu")], 2.0)
+    x, y = rng.normal(size=(5, 3)), rng.normal(size=(5, 1))
+    value, g = adjit.value_and_grad(_net_loss)(net, x, y)
+    np.testing.assert_allclose(value, _net_loss(net, x, y), rtol=1e-12)
+    assert type(g) is _Net and type(g.first) is _Layer and type(g.rest[0]) is _Layer
+    assert g.rest[0].act == "relu" and g.post is np.sqrt and g.first.W.shape == (3, 4)
+    assert adjit.gradcheck(_net_loss, net, x, y) < 1e-6
+
+    def step(net, x, y):
+        gr = adjit.grad(_net_loss)(net, x, y)
+        return dataclasses.replace(net, first=dataclasses.replace(
+            net.first, W=net.first.W - 0.1 * gr.first.W), scale=net.scale - 0.1 * gr.scale)
+    new = adjit.compile(step)(net, x, y)
+    assert type(new) is _Net and new.rest[0].act == "relu"
+    np.testing.assert_allclose(new.first.W, net.first.W - 0.1 * g.first.W, rtol=1e-12)
+    # another static field value is another program; another class is refused
+    other = dataclasses.replace(net, rest=[dataclasses.replace(net.rest[0], act="tanh")])
+    np.testing.assert_allclose(adjit.value_and_grad(_net_loss)(other, x, y)[0],
+                               _net_loss(other, x, y), rtol=1e-12)
