@@ -1227,6 +1227,90 @@ def _zeta(s, q):
     return F.mul(F.polygamma(n - 1, q), (-1.0) ** n / math.factorial(n - 1))
 
 
+def _gamma_sign(x):
+    """The sign of Gamma(x): +1 for x > 0, (-1)^floor(x) between the poles below 0."""
+    return F.where(F.gt(x, 0), 1.0, F.where(F.eq(N.remainder(F.floor(x), 2.0), 1.0), -1.0, 1.0))
+
+
+def _gamma(x):
+    """scipy.special.gamma: sign * exp(gammaln(x)); +-inf at +-0, nan at the poles below 0
+    and at -inf (about |gammaln(x)| ulps off where NumPy has no gamma to call)."""
+    pole = C.logical_and(F.lt(x, 0), F.eq(F.floor(x), x))
+    r = F.mul(_gamma_sign(x), F.exp(F.gammaln(x)))
+    return F.where(F.eq(x, 0), C.copysign(np.inf, x), F.where(pole, np.nan, r))
+
+
+def _beta(a, b):
+    """scipy.special.beta: exp(betaln(a, b)) with the signs of the three Gammas."""
+    sign = F.mul(F.mul(_gamma_sign(a), _gamma_sign(b)), _gamma_sign(F.add(a, b)))
+    return F.mul(sign, F.exp(_betaln(a, b)))
+
+
+def _kl_div(x, y):
+    """x log(x / y) - x + y (scipy.special.kl_div): y where x == 0 and y >= 0, inf elsewhere."""
+    return F.add(F.sub(_rel_entr(x, y), x), y)
+
+
+def _huber(delta, r):
+    """scipy.special.huber: r**2 / 2 where |r| <= delta, delta (|r| - delta / 2) beyond, inf
+    for delta < 0."""
+    a = F.abs(r)
+    inside = F.mul(F.mul(r, r), 0.5)
+    outside = F.mul(delta, F.sub(a, F.mul(delta, 0.5)))
+    return F.where(F.lt(delta, 0), np.inf, F.where(F.le(a, delta), inside, outside))
+
+
+def _pseudo_huber(delta, r):
+    """scipy.special.pseudo_huber: delta**2 (sqrt(1 + (r / delta)**2) - 1) as SciPy writes it,
+    expm1(log1p(v * v) / 2); 0 where delta or r is 0, inf for delta < 0."""
+    zero = C.logical_or(F.eq(delta, 0), F.eq(r, 0))
+    d = F.where(zero, 1.0, delta)
+    v = F.div(r, d)
+    val = F.mul(F.mul(d, d), F.expm1(F.mul(F.log1p(F.mul(v, v)), 0.5)))
+    return F.where(F.lt(delta, 0), np.inf, F.where(zero, F.mul(val, 0.0), val))
+
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+
+
+def _ndtr(x):
+    """The standard normal CDF, 0.5 erfc(-x / sqrt 2)."""
+    return F.mul(F.erfc(F.mul(x, -_SQRT_HALF)), 0.5)
+
+
+def _log_ndtr(x):
+    """log of the standard normal CDF (scipy.special.log_ndtr): log1p(-ndtr(-x)) above -1, as
+    SciPy (log(ndtr(x)) would cancel where ndtr(x) is near 1); log(ndtr(x)) from -20 to -1;
+    below -20 the asymptotic series -x**2 / 2 - log(-x) - log(2 pi) / 2 + log(1 - 1/x**2 +
+    3/x**4 - ...) (8 terms: error below 1e-15), where ndtr(x) would underflow."""
+    high, low = F.gt(x, -1.0), F.lt(x, -20.0)
+    xh = F.where(high, x, 0.0)
+    upper = F.log1p(F.neg(_ndtr(F.neg(xh))))
+    xl = F.where(low, x, -21.0)
+    r2 = F.div(1.0, F.mul(xl, xl))
+    series, term = 1.0, 1.0
+    for k in range(1, 9):
+        term = F.mul(F.mul(term, r2), -(2 * k - 1.0))
+        series = F.add(series, term)
+    tail = F.sub(F.sub(F.mul(F.mul(xl, xl), -0.5), F.log(F.neg(xl))),
+                 0.5 * math.log(2 * math.pi))
+    tail = F.add(tail, F.log(series))
+    xm = F.where(C.logical_or(high, low), -2.0, x)
+    mid = F.log(_ndtr(xm))
+    return F.where(high, upper, F.where(low, tail, mid))
+
+
+def _i0e(x):
+    """exp(-|x|) I0(x) (scipy.special.i0e): NumPy's Chebyshev series without its exp."""
+    from numpy.lib import _function_base_impl as impl
+    a = F.abs(x)
+    small = F.le(a, 8.0)
+    inner = N._chbevl(F.sub(F.div(a, 2.0), 2.0), impl._i0A)
+    far = F.where(small, 16.0, a)
+    outer = F.div(N._chbevl(F.sub(F.div(32.0, far), 2.0), impl._i0B), F.sqrt(far))
+    return F.where(small, inner, outer)
+
+
 # scipy.special ufuncs that are compositions of adjit's ops (by name; SciPy is not required)
 _SCIPY_SPECIAL = {
     "expit": F.sigmoid, "log_expit": lambda x: F.neg(F.softplus(F.neg(x))),
@@ -1237,7 +1321,9 @@ _SCIPY_SPECIAL = {
     "psi": lambda x: F.polygamma(0, x), "zeta": _zeta, "_zeta": _zeta,
     "betaln": _in_float64(_betaln),
     # the standard normal CDF
-    "ndtr": _in_float64(lambda x: F.mul(F.erfc(F.mul(x, -1.0 / math.sqrt(2.0))), 0.5)),
+    "ndtr": _in_float64(_ndtr), "log_ndtr": _in_float64(_log_ndtr),
+    "gamma": _in_float64(_gamma), "beta": _in_float64(_beta), "kl_div": _kl_div,
+    "huber": _huber, "pseudo_huber": _pseudo_huber, "i0": N.i0, "i0e": _i0e,
 }
 
 
@@ -1817,8 +1903,8 @@ _NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf")
 
 def _norm_method(kind, orig):
     """scipy.stats.norm.pdf & co. of traced arguments, written with adjit's ops (SciPy's own
-    code needs concrete arrays); float64 as SciPy. logcdf and logsf are the log of ndtr, so
-    they reach -inf about 38 standard deviations out, where SciPy's log_ndtr goes on."""
+    code needs concrete arrays); float64 as SciPy; logcdf and logsf are log_ndtr's, finite
+    far into the tails as SciPy's."""
     @functools.wraps(orig)
     def fn(x, loc=0, scale=1, *rest, **kw):
         if rest or kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
@@ -1830,8 +1916,8 @@ def _norm_method(kind, orig):
             log_p = F.sub(F.mul(F.mul(z, z), -0.5), F.add(F.log(scale),
                                                           0.5 * math.log(2 * math.pi)))
             return F.exp(log_p) if kind == "pdf" else log_p
-        p = _SCIPY_SPECIAL["ndtr"](z if kind in ("cdf", "logcdf") else F.neg(z))
-        return F.log(p) if kind.startswith("log") else p
+        z = z if kind in ("cdf", "logcdf") else F.neg(z)
+        return _SCIPY_SPECIAL["log_ndtr" if kind.startswith("log") else "ndtr"](z)
     return fn
 
 

@@ -144,3 +144,55 @@ def test_dataclass_arguments_are_pytrees_and_gradients_keep_their_class():
     other = dataclasses.replace(net, rest=[dataclasses.replace(net.rest[0], act="tanh")])
     np.testing.assert_allclose(adjit.value_and_grad(_net_loss)(other, x, y)[0],
                                _net_loss(other, x, y), rtol=1e-12)
+
+
+# scipy.special functions adjit writes with its own ops, checked without SciPy (CI has none)
+# against SciPy 1.17's values; the SciPy test below calls them the way users do
+_SPECIAL_VALUES = {
+    "log_ndtr": (([-40., -20.5, -19.5, -5., -1.5, -0.5, 0.5, 5.9, 8.],),
+                 [-804.6084420137539, -214.06672896326387, -194.01696577749752,
+                  -15.064998393988727, -2.7059444008238898, -1.1759117615936188,
+                  -0.36894641528865635, -1.817507864751091e-09, -6.220960574271742e-16]),
+    "gamma": (([-2.5, -0.5, 0.1, 0.5, 2.5, 10., 50.],),
+              [-0.9453087204829419, -3.5449077018110318, 9.513507698668732, 1.7724538509055159,
+               1.329340388179137, 362880.0, 6.082818640342675e+62]),
+    "beta": (([0.5, 2.5, 30., -0.5], [0.5, 0.1, 2., 2.]),
+             [3.1415926535897927, 8.846161699387308, 0.0010752688172043009, -3.9999999999999996]),
+    "kl_div": (([0., 1., 2., -1.], [1., 0., 1., 1.]), [1.0, np.inf, 0.3862943611198906, np.inf]),
+    "huber": (([1., 1., 2., -1.], [0.5, -2., 3., 1.]), [0.125, 1.5, 4.0, np.inf]),
+    "pseudo_huber": (([1., 1., 2., 1e-3], [0.5, -2., 3., 1e-9]),
+                     [0.11803398874989485, 1.2360679774997896, 3.2111025509279787,
+                      4.999999999998749e-19]),
+    "i0e": (([-9., 0., 0.3, 7.9, 8.1, 40.],),
+            [0.134959524581723, 1.0, 0.7575806251825481, 0.14436986414104191,
+             0.14251180948829525, 0.06327827987523532]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SPECIAL_VALUES))
+def test_scipy_special_compositions_match_scipys_values(name):
+    from adjit.frontend.numpy_api import _SCIPY_SPECIAL
+    args, want = _SPECIAL_VALUES[name]
+    fn = _SCIPY_SPECIAL[name]
+    got = adjit.compile(lambda *a: fn(*a), backend="numpy")(*[np.array(a) for a in args])
+    np.testing.assert_allclose(got, want, rtol=2e-14 if name != "gamma" else 1e-13)
+
+
+def test_new_scipy_special_functions_trace_with_gradients():
+    sp = pytest.importorskip("scipy.special")
+    st = pytest.importorskip("scipy.stats")
+    x = np.array([-40.0, -21.0, -19.0, -3.0, 0.5, 7.0])
+    g = adjit.grad(lambda x: np.sum(sp.log_ndtr(x)))(x)
+    np.testing.assert_allclose(g, np.exp(st.norm.logpdf(x) - sp.log_ndtr(x)), rtol=1e-12)
+    # norm's logcdf and logsf are log_ndtr's, finite far out
+    v = adjit.compile(lambda x: st.norm.logcdf(x, 1.0, 2.0) + st.norm.logsf(x))(x * 3)
+    np.testing.assert_allclose(v, st.norm.logcdf(x * 3, 1.0, 2.0) + st.norm.logsf(x * 3),
+                               rtol=1e-13)
+    for fn, x in [(lambda x: np.sum(sp.gamma(x)), np.array([-2.5, -0.5, 0.5, 3.3])),
+                  (lambda a: np.sum(sp.beta(a, a[::-1])), np.array([0.5, 2.5, 30.0])),
+                  (lambda x: np.sum(sp.kl_div(x, x[::-1] + 1)), np.array([0.5, 2.5, 3.0])),
+                  (lambda x: np.sum(sp.huber(1.0, x) + sp.pseudo_huber(0.5, x)),
+                   np.array([-2.0, 0.3, 1.5])),
+                  (lambda x: np.sum(sp.i0e(x) + np.log(sp.i0(x))), np.array([-9.0, 0.3, 12.0]))]:
+        np.testing.assert_allclose(adjit.compile(fn)(x), fn(x), rtol=1e-13)
+        assert adjit.gradcheck(fn, x, eps=1e-5) < 1e-6
