@@ -1300,6 +1300,88 @@ def _log_ndtr(x):
     return F.where(high, upper, F.where(low, tail, mid))
 
 
+_ACKLAM = ([-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+            1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00],
+           [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+            6.680131188771972e+01, -1.328068155288572e+01, 1.0],
+           [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+            -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00],
+           [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+            3.754408661907416e+00, 1.0])
+
+
+def _horner(x, coefs):
+    r = coefs[0]
+    for c in coefs[1:]:
+        r = F.add(F.mul(r, x), c)
+    return r
+
+
+def _ndtri_lower(q):
+    """x with ndtr(x) = q for 0 < q <= 1/2: Acklam's rational approximation (1e-9), one
+    Halley step on 0.5 erfc(-x / sqrt 2) - q (full precision), then one Newton step that
+    carries the derivative, 1 / pdf(x)."""
+    a, b, c, d = _ACKLAM
+    tail = F.lt(q, 0.02425)
+    qt = F.where(tail, q, 0.01)
+    t = F.sqrt(F.mul(F.log(qt), -2.0))
+    x_tail = F.div(_horner(t, c), _horner(t, d))
+    qc = F.where(tail, 0.3, q)
+    u = F.sub(qc, 0.5)
+    r = F.mul(u, u)
+    x_mid = F.div(F.mul(_horner(r, a), u), _horner(r, b))
+    x0 = F.stop_gradient(F.where(tail, x_tail, x_mid))
+    # the residual ndtr(x) - q: near the centre as erf(x / sqrt 2) / 2 - (q - 1/2), whose
+    # q - 1/2 is exact for q >= 1/4 (erfc(-x / sqrt 2) would round near 1)
+    centre = F.ge(q, 0.25)
+
+    def residual(x):
+        near = F.sub(F.mul(F.erf(F.mul(x, _SQRT_HALF)), 0.5), F.sub(q, 0.5))
+        return F.where(centre, near, F.sub(_ndtr(x), q))
+
+    def pdf(x):
+        return F.mul(F.exp(F.mul(F.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    h = F.div(residual(x0), pdf(x0))
+    x = F.stop_gradient(F.sub(x0, F.div(h, F.add(F.mul(F.mul(x0, h), 0.5), 1.0))))
+    x = F.sub(x, F.div(residual(x), pdf(x)))
+    # below 1e-290 the density underflows: the approximation (1e-9) as it is
+    return F.where(F.lt(q, 1e-290), F.add(x0, F.mul(q, 0.0)), x)
+
+
+def _ndtri(p):
+    """scipy.special.ndtri, the standard normal quantile: -ndtri(1 - p) above 1/2, where
+    1 - p is exact; -inf at 0, inf at 1, nan outside [0, 1]."""
+    upper = F.gt(p, 0.5)
+    q = F.where(upper, F.sub(1.0, p), p)
+    inside = C.logical_and(F.gt(q, 0), F.le(q, 0.5))
+    x = _ndtri_lower(F.where(inside, q, 0.25))
+    x = F.where(upper, F.neg(x), x)
+    return F.where(inside, x, F.where(F.eq(p, 0), -np.inf,
+                                      F.where(F.eq(p, 1), np.inf, np.nan)))
+
+
+def _erfinv(y):
+    """scipy.special.erfinv: through ndtri's lower tail where |y| > 1/2 (1 - |y| is exact
+    there); within, two Newton steps on erf from ndtri((y + 1) / 2) / sqrt 2, so tiny y keep
+    their digits. +-inf at +-1, nan beyond."""
+    big = F.gt(F.abs(y), 0.5)
+    ab = F.where(big, F.abs(y), 0.75)
+    tail = F.mul(_ndtri_lower(F.mul(F.sub(1.0, ab), 0.5)), -_SQRT_HALF)   # > 0
+    tail = F.mul(tail, F.sign(y))
+    ys = F.where(big, 0.0, y)
+    x = F.stop_gradient(F.mul(_ndtri_lower(F.minimum(F.mul(F.add(ys, 1.0), 0.5), 0.5)),
+                              _SQRT_HALF))
+    x = F.where(F.gt(ys, 0), F.neg(F.stop_gradient(F.mul(_ndtri_lower(
+        F.mul(F.sub(1.0, ys), 0.5)), _SQRT_HALF))), x)
+    slope = 2.0 / math.sqrt(math.pi)
+    x = F.stop_gradient(F.sub(x, F.div(F.sub(F.erf(x), ys),
+                                       F.mul(F.exp(F.neg(F.mul(x, x))), slope))))
+    x = F.sub(x, F.div(F.sub(F.erf(x), ys), F.mul(F.exp(F.neg(F.mul(x, x))), slope)))
+    r = F.where(big, tail, x)
+    a = F.abs(y)
+    return F.where(F.lt(a, 1.0), r, F.where(F.eq(a, 1.0), F.mul(F.sign(y), np.inf), np.nan))
+
+
 def _i0e(x):
     """exp(-|x|) I0(x) (scipy.special.i0e): NumPy's Chebyshev series without its exp."""
     from numpy.lib import _function_base_impl as impl
@@ -1324,6 +1406,7 @@ _SCIPY_SPECIAL = {
     "ndtr": _in_float64(_ndtr), "log_ndtr": _in_float64(_log_ndtr),
     "gamma": _in_float64(_gamma), "beta": _in_float64(_beta), "kl_div": _kl_div,
     "huber": _huber, "pseudo_huber": _pseudo_huber, "i0": N.i0, "i0e": _i0e,
+    "ndtri": _in_float64(_ndtri), "erfinv": _in_float64(_erfinv),
 }
 
 

@@ -163,6 +163,14 @@ _SPECIAL_VALUES = {
     "pseudo_huber": (([1., 1., 2., 1e-3], [0.5, -2., 3., 1e-9]),
                      [0.11803398874989485, 1.2360679774997896, 3.2111025509279787,
                       4.999999999998749e-19]),
+    "ndtri": (([1e-200, 1e-10, 0.02, 0.3, 0.4999, 0.5, 0.7, 0.999, 1 - 1e-10],),
+              [-30.20559417957964, -6.361340902404056, -2.053748910631823, -0.5244005127080409,
+               -0.0002506628300880075, 0.0, 0.5244005127080407, 3.090232306167813,
+               6.361340889697422]),
+    "erfinv": (([-0.999, -0.7, -1e-20, 0.0, 1e-12, 0.3, 0.5000001, 0.9, 1 - 1e-12],),
+               [-2.326753765513524, -0.7328690779592169, -8.86226925452758e-21, 0.0,
+                8.86226925452758e-13, 0.2724627147267544, 0.4769363874629577,
+                1.1630871536766743, 5.042031898572696]),
     "i0e": (([-9., 0., 0.3, 7.9, 8.1, 40.],),
             [0.134959524581723, 1.0, 0.7575806251825481, 0.14436986414104191,
              0.14251180948829525, 0.06327827987523532]),
@@ -176,6 +184,11 @@ def test_scipy_special_compositions_match_scipys_values(name):
     fn = _SCIPY_SPECIAL[name]
     got = adjit.compile(lambda *a: fn(*a), backend="numpy")(*[np.array(a) for a in args])
     np.testing.assert_allclose(got, want, rtol=2e-14 if name != "gamma" else 1e-13)
+    if name in ("ndtri", "erfinv"):     # the ends and outside the domain
+        ends = adjit.compile(lambda a: fn(a), backend="numpy")(np.array([-1.0, 0.0, 1.0, 2.0]))
+        want = [-np.inf, 0.0, np.inf, np.nan] if name == "erfinv" else \
+            [np.nan, -np.inf, np.inf, np.nan]
+        np.testing.assert_array_equal(ends, want)
 
 
 def test_new_scipy_special_functions_trace_with_gradients():
@@ -193,6 +206,8 @@ def test_new_scipy_special_functions_trace_with_gradients():
                   (lambda x: np.sum(sp.kl_div(x, x[::-1] + 1)), np.array([0.5, 2.5, 3.0])),
                   (lambda x: np.sum(sp.huber(1.0, x) + sp.pseudo_huber(0.5, x)),
                    np.array([-2.0, 0.3, 1.5])),
-                  (lambda x: np.sum(sp.i0e(x) + np.log(sp.i0(x))), np.array([-9.0, 0.3, 12.0]))]:
+                  (lambda x: np.sum(sp.i0e(x) + np.log(sp.i0(x))), np.array([-9.0, 0.3, 12.0])),
+                  (lambda p: np.sum(sp.ndtri(p) ** 2), np.array([0.01, 0.3, 0.6, 0.99])),
+                  (lambda y: np.sum(sp.erfinv(y) ** 2), np.array([-0.99, -0.3, 0.45, 0.8]))]:
         np.testing.assert_allclose(adjit.compile(fn)(x), fn(x), rtol=1e-13)
         assert adjit.gradcheck(fn, x, eps=1e-5) < 1e-6
