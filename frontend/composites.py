@@ -330,6 +330,37 @@ def _odd_reflection(x, ax, left, right, mode):
     return F.where(padded, F.sub(F.mul(edge, 2.0), even), even)
 
 
+def _odd_reflections(x, ax, left, right, include_edge):
+    """np.pad's odd reflection for pads wider than one reflection: NumPy's own loop
+    (_set_reflect_both), each round reflecting the array padded so far in 2 * edge - mirror
+    chunks, so an inf or nan lands where NumPy puts it."""
+    n = _shape_of(x)[ax]
+
+    def part(v, idx):
+        return take_runs(v, ax, np.asarray(idx, np.int64))
+
+    cur = x
+    while left > 0 or right > 0:
+        length = _shape_of(cur)[ax]
+        if include_edge:
+            old, offset = length // n * n, 1
+        else:
+            old, offset = (length - 1) // (n - 1) * (n - 1), 0
+        if left > 0:
+            chunk = min(old, left)
+            mirror = part(cur, np.arange(chunk - offset, -offset, -1))
+            cur = F.concatenate([F.sub(F.mul(part(cur, [0]), 2.0), mirror), cur], ax)
+            left -= chunk
+        if right > 0:
+            chunk = min(old, right)
+            length = _shape_of(cur)[ax]
+            last = length - 2 + offset
+            mirror = part(cur, np.arange(last, last - chunk, -1))
+            cur = F.concatenate([cur, F.sub(F.mul(part(cur, [length - 1]), 2.0), mirror)], ax)
+            right -= chunk
+    return cur
+
+
 def pad(x, pad_width, mode="constant", **kw):
     """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap join slices."""
     if not isinstance(x, Tracer):
@@ -353,15 +384,13 @@ def pad(x, pad_width, mode="constant", **kw):
     if mode != "constant":
         odd = kw.get("reflect_type", "even") == "odd" and mode in ("reflect", "symmetric")
         for ax, (b, a) in enumerate(pw):
-            if (b or a) and odd and max(b, a) <= shape[ax] - (mode == "reflect"):
+            if (b or a) and odd and shape[ax] == 1:
+                # a length-1 axis takes its edge value, as NumPy (no 2 * edge - edge)
+                x = take_runs(x, ax, np.zeros(int(b) + 1 + int(a), np.int64))
+            elif (b or a) and odd and max(b, a) <= shape[ax] - (mode == "reflect"):
                 x = _odd_reflection(x, ax, int(b), int(a), mode)
             elif (b or a) and odd:
-                # reflected again and again: odd reflection is linear in x, and NumPy's
-                # padding of the identity gives its matrix (an inf or nan spreads along the
-                # line here, where NumPy keeps it in place)
-                m = np.pad(np.eye(shape[ax], dtype=x.dtype), ((int(b), int(a)), (0, 0)),
-                           mode=mode, reflect_type="odd")
-                x = moveaxis(tensordot(m, x, ([1], [ax])), 0, ax)
+                x = _odd_reflections(x, ax, int(b), int(a), mode == "symmetric")
             elif b or a:
                 idx = np.pad(np.arange(shape[ax]), (int(b), int(a)), mode=mode, **kw)
                 x = take_runs(x, ax, idx)

@@ -1053,6 +1053,8 @@ def _extreme_at(name, a, pos, v):
     """np.maximum.at(a, pos, v) & co. on flat a: NumPy's own loop (registry op extreme_at)."""
     idx = pos if isinstance(pos, Tracer) else F.lift(np.asarray(pos, np.intp),
                                                      np.dtype(np.intp), a.ctx)
+    if not isinstance(v, Tracer):       # a constant value (np.maximum.at(a, labels, 2.0))
+        v = F.lift(np.asarray(v, a.dtype), a.dtype, a.ctx)
     return a.ctx.emit("extreme_at", [a, v, idx], {"ufunc": name})
 
 

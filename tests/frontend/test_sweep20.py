@@ -211,3 +211,29 @@ def test_new_scipy_special_functions_trace_with_gradients():
                   (lambda y: np.sum(sp.erfinv(y) ** 2), np.array([-0.99, -0.3, 0.45, 0.8]))]:
         np.testing.assert_allclose(adjit.compile(fn)(x), fn(x), rtol=1e-13)
         assert adjit.gradcheck(fn, x, eps=1e-5) < 1e-6
+
+
+def test_maximum_at_traced_labels_with_a_constant_value():
+    def f(x):
+        a = np.zeros(3)
+        np.maximum.at(a, (x > 0).astype(int), 2.0)
+        return a * x[:3]
+    x = np.array([1.0, -1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "symmetric"])
+@pytest.mark.parametrize("n, widths", [(1, (2, 1)), (2, (5, 3)), (3, (7, 2)), (4, (5, 3)),
+                                       (4, (0, 9)), (5, (11, 4))])
+def test_odd_reflection_keeps_inf_and_nan_where_numpy_puts_them(mode, n, widths):
+    import warnings
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(n, 2))
+    x[n // 2, 0] = np.inf if n % 2 else np.nan
+    f = lambda x: np.pad(x, (widths, (0, 0)), mode=mode, reflect_type="odd")  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = f(x)
+    np.testing.assert_allclose(adjit.compile(f)(x), want, rtol=1e-12, equal_nan=True)
+    assert adjit.gradcheck(lambda x: np.sum(np.sin(f(x)) * np.arange(2)), rng.normal(
+        size=(n, 2))) < 1e-6
