@@ -1255,6 +1255,40 @@ def _cast_of_broadcast(emit, attrs, args):
 OPS["cast"].rewrite = _cast_of_broadcast
 
 
+def _leading_positions(emit, key, args, index, shape):
+    """For x[pos][index] (a gather by one constant array of positions, pos, on x's first axis)
+    whose index selects only along pos's axes: pos[index], so the gather builds only the
+    selected rows (sliding_window_view(x, n)[::hop] takes its frames, not every window)."""
+    if tuple(key) != (("a", 0),) or len(args) != 2 or emit.new[args[1]]["op"] != "const":
+        return None
+    pos = np.asarray(emit.new[args[1]]["attrs"]["value"])
+    if any(k is None or k is Ellipsis for k in index) or len(index) > len(shape):
+        return None
+    head, tail = index[:pos.ndim], index[pos.ndim:]
+    if not all(isinstance(k, slice) and range(*k.indices(d)) == range(d)
+               for k, d in zip(tail, shape[pos.ndim:])):
+        return None
+    return np.array(pos[tuple(head)])     # (ascontiguousarray would make a 0-d array 1-d)
+
+
+def _scatter_of_unslice(emit, attrs, args):
+    # the VJP of x[pos][index]: zeros outside index scattered at pos are the selected
+    # cotangents scattered at pos[index] (the backward of sliding windows taken with a hop)
+    g = args[0]
+    if g["op"] != "unslice" or emit.users(g["id"]) != 1:
+        return None
+    pos = _leading_positions(emit, attrs["key"], [a["id"] for a in args], g["attrs"]["index"],
+                             g["shape"])
+    if pos is None:
+        return None
+    return emit("scatter_add", [g["args"][0], emit("const", [], {"value": pos,
+                                                                "dtype": pos.dtype})],
+                dict(attrs))
+
+
+OPS["scatter_add"].rewrite = _scatter_of_unslice
+
+
 def _slice_rewrite(emit, attrs, args):
     # x[0] of np.array([a, b]) is a (a slice of one concatenated part), and a slice keeping
     # every element (x[0] of a (1, n) array) a reshape: simulation code that packs a state
@@ -1268,6 +1302,12 @@ def _slice_rewrite(emit, attrs, args):
     if all(r == range(d) if r is not None else d == 1 for r, d in zip(ranges, shape)):
         kept = tuple(d for k, d in zip(index, shape) if isinstance(k, slice))
         return emit("reshape", [x["id"]], {"shape": kept + tuple(shape[len(index):])})
+    if x["op"] == "gather" and emit.users(x["id"]) == 1:
+        pos = _leading_positions(emit, x["attrs"]["key"], x["args"], index, x["shape"])
+        if pos is not None:
+            return emit("gather", [x["args"][0], emit("const", [], {"value": pos,
+                                                                   "dtype": pos.dtype})],
+                        dict(x["attrs"]))
     axis = x["attrs"].get("axis", 0) % len(shape) if x["op"] == "concatenate" else None
     if axis is None or axis >= len(index):
         return None

@@ -237,3 +237,26 @@ def test_odd_reflection_keeps_inf_and_nan_where_numpy_puts_them(mode, n, widths)
     np.testing.assert_allclose(adjit.compile(f)(x), want, rtol=1e-12, equal_nan=True)
     assert adjit.gradcheck(lambda x: np.sum(np.sin(f(x)) * np.arange(2)), rng.normal(
         size=(n, 2))) < 1e-6
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_sliding_windows_taken_with_a_hop_build_only_the_selected_frames(backend):
+    from numpy.lib.stride_tricks import sliding_window_view as windows
+    x = np.random.default_rng(0).normal(size=4000)
+    f = lambda x: np.sum((windows(x, 400)[::160] * np.hamming(400)) ** 2)  # noqa: E731
+    n = (4000 - 400) // 160 + 1
+    frames = np.arange(400) + 160 * np.arange(n)[:, None]
+    vg = adjit.value_and_grad(f, backend=backend)
+    value, g = vg(x)
+    np.testing.assert_allclose(value, f(x), rtol=1e-12)
+    np.testing.assert_allclose(g, adjit.grad(lambda x: np.sum((x[frames] * np.hamming(400)) ** 2),
+                                             backend=backend)(x), rtol=1e-12)
+    graph = vg.lower(x).graph
+    sizes = [int(np.prod(graph[k]["shape"])) for k in graph.nodes()]
+    assert max(sizes) <= n * 400        # no node holds all 3,601 windows
+    # 2-d windows, a step on two axes and an element read
+    y = np.cos(np.arange(200.0))
+    h = lambda y: np.sum(windows(y.reshape(20, 10), (3, 4))[::2, 1::3] ** 3)  # noqa: E731
+    np.testing.assert_allclose(adjit.compile(h, backend=backend)(y), h(y), rtol=1e-12)
+    assert adjit.gradcheck(lambda y: np.sum(windows(y, 5)[::4, 1:3] ** 3) + windows(y, 5)[7, 2],
+                           y[:50], backend=backend) < 1e-6
