@@ -1202,3 +1202,39 @@ def tensorinv(a, ind=2):
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
     return F.reshape(inv(F.reshape(a, (-1, prod))), invshape)
 
+
+
+def roll(x, shift, axis=None):
+    """np.roll; a traced shift (the lag of a correlation peak) gathers x[(i - shift) % n]."""
+    shift = B.resolve(shift)
+    if not isinstance(shift, Tracer) and not (isinstance(shift, (tuple, list)) and any(
+            isinstance(B.resolve(s), Tracer) for s in shift)):
+        return C.roll(x, shift, axis)
+    x = _arg(x)
+    if axis is None:
+        return F.reshape(roll(F.ravel(x), shift, 0), tuple(_shape_of(x)))
+    if isinstance(shift, Tracer) and shift.ndim == 1:     # (k, -k) joined into one array
+        shift = [F.getitem(shift, i) for i in range(shift.shape[0])]
+    shifts = list(shift) if isinstance(shift, (tuple, list)) else [shift]
+    axes = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    if len(shifts) == 1:
+        shifts = shifts * len(axes)
+    if len(axes) == 1:
+        axes = axes * len(shifts)
+    if len(shifts) != len(axes):
+        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+    nd = len(_shape_of(x))
+    for s, ax in zip(shifts, axes):
+        s = B.resolve(s)
+        if isinstance(s, Tracer) and (s.ndim or s.dtype.kind not in "iub"):
+            raise UnsupportedError(f"np.roll by a traced shift of shape {tuple(s.shape)} and "
+                                   f"dtype {s.dtype}{_at(user_where())}: the shift must be an "
+                                   "integer scalar, as in NumPy")
+        ax = ax + nd if ax < 0 else ax
+        n = _shape_of(x)[ax]
+        if not n:
+            continue
+        idx = remainder(F.sub(np.arange(n, dtype=np.int64), F.cast(s, np.int64)
+                              if isinstance(s, Tracer) else int(s)), n)
+        x = C.take(x, idx, axis=ax)
+    return x

@@ -606,7 +606,7 @@ FUNCTIONS = {
     np.result_type: lambda *xs: F.result_dtype(*xs),
     np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: _cumsum,
     np.cumprod: _cumprod, np.prod: _prod, np.sort: C.sort, np.argsort: F.argsort,
-    np.median: C.median, np.ptp: C.ptp, np.roll: C.roll, np.pad: C.pad, np.take: C.take,
+    np.median: C.median, np.ptp: C.ptp, np.roll: N.roll, np.pad: C.pad, np.take: C.take,
     np.diff: C.diff, np.tensordot: C.tensordot, np.kron: C.kron, np.triu: C.triu,
     np.tril: C.tril, np.linalg.matrix_power: C.matrix_power, np.convolve: C.convolve,
     np.correlate: C.correlate, np.nansum: C.nansum, np.nanmean: C.nanmean,

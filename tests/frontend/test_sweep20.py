@@ -260,3 +260,25 @@ def test_sliding_windows_taken_with_a_hop_build_only_the_selected_frames(backend
     np.testing.assert_allclose(adjit.compile(h, backend=backend)(y), h(y), rtol=1e-12)
     assert adjit.gradcheck(lambda y: np.sum(windows(y, 5)[::4, 1:3] ** 3) + windows(y, 5)[7, 2],
                            y[:50], backend=backend) < 1e-6
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_roll_by_a_traced_shift(backend):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=32)
+    y = np.roll(x, 5) + 0.01 * rng.normal(size=32)
+
+    def align(x, y):      # the lag of the cross-correlation peak
+        d = np.argmax(np.correlate(x, y, "full")) - (len(y) - 1)
+        return np.sum((x - np.roll(y, d)) ** 2)
+    np.testing.assert_allclose(adjit.compile(align, backend=backend)(x, y), align(x, y),
+                               rtol=1e-12)
+    assert adjit.gradcheck(align, x, y, backend=backend) < 1e-6
+
+    def two(x, k):
+        return np.sum(np.roll(x.reshape(4, 8), (k, -k), axis=(0, 1)) * np.arange(32).reshape(4, 8))
+    f = adjit.compile(two, backend=backend)
+    for k in (0, 1, 3, 9, -2):
+        np.testing.assert_allclose(f(x, np.int64(k)), two(x, k), rtol=1e-12)
+    with pytest.raises(adjit.UnsupportedError, match="must be an integer scalar"):
+        adjit.compile(lambda x: np.roll(x, x[0]))(x)
