@@ -1927,6 +1927,8 @@ def constructors_accept_tracers():
             np.require = _requiring(np.require)
             _originals["nditer"] = np.nditer
             np.nditer = _nditer(np.nditer)
+            _originals["kaiser"] = np.kaiser      # no __array_function__ dispatch either
+            np.kaiser = _kaiser(np.kaiser)
             st = np.lib.stride_tricks
             _originals["as_strided"] = st.as_strided
             st.as_strided = _as_strided(st.as_strided)
@@ -1972,6 +1974,7 @@ def constructors_accept_tracers():
                 np.vectorize.__call__ = _originals.pop("vectorize")
                 np.require = _originals.pop("require")
                 np.nditer = _originals.pop("nditer")
+                np.kaiser = _originals.pop("kaiser")
                 np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
@@ -1981,6 +1984,27 @@ def constructors_accept_tracers():
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
     return restore
+
+
+def _kaiser(orig):
+    """np.kaiser(M, beta) with a traced beta (a learnable window): NumPy's formula,
+    i0(beta sqrt(1 - ((n - alpha) / alpha)**2)) / i0(beta), with adjit's np.i0."""
+    @functools.wraps(orig)
+    def kaiser(M, beta):
+        beta = B.resolve(beta)
+        if not isinstance(beta, Tracer) or isinstance(M, Tracer):
+            return orig(M, beta)
+        M = int(M)
+        if M < 1:
+            return np.array([], dtype=np.float64)
+        if M == 1:
+            return np.ones(1, dtype=np.float64)
+        n = np.arange(0, M, dtype=np.float64)
+        alpha = (M - 1) / 2.0
+        beta = F.cast(beta, np.float64)
+        arg = F.mul(beta, np.sqrt(np.maximum(1 - ((n - alpha) / alpha) ** 2.0, 0.0)))
+        return F.div(N.i0(arg), N.i0(beta))
+    return kaiser
 
 
 _NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf")

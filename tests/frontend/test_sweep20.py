@@ -282,3 +282,11 @@ def test_roll_by_a_traced_shift(backend):
         np.testing.assert_allclose(f(x, np.int64(k)), two(x, k), rtol=1e-12)
     with pytest.raises(adjit.UnsupportedError, match="must be an integer scalar"):
         adjit.compile(lambda x: np.roll(x, x[0]))(x)
+
+
+def test_kaiser_window_with_a_traced_beta():
+    x = np.cos(np.arange(16.0))
+    f = lambda b: np.sum(np.kaiser(16, b[0]) * x) + np.sum(np.kaiser(1, b[1]))  # noqa: E731
+    b = np.array([5.0, 2.0])
+    np.testing.assert_allclose(adjit.compile(f)(b), f(b), rtol=1e-13)
+    assert adjit.gradcheck(f, b) < 1e-6
