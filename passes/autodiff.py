@@ -107,9 +107,9 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga, masked or (op.selects and (
+                    cot.add(a, ga, masked, selected=op.selects and (
                         _may_blow_up(g, a, blow) or (d["op"] == "where" and _tests_finite(
-                            g, g.args(n)[0], tests)))))
+                            g, g.args(n)[0], tests))))
         grads = []
         for i, t in zip(wrt_ids, [ins[p] for p in wrt]):
             w = g[i]["where"].with_role("vjp of input") if g[i]["where"] else None
@@ -207,14 +207,19 @@ class _Cotangents:
     def __init__(self, ctx, initial):
         self.ctx, self.parts, self.done = ctx, dict(initial), {}
         self.masked = set()   # nodes whose cotangent is 0 where a where did not select them
+        self.selected = {}    # node -> contributions that are 0 where a selection skipped it
 
     def __contains__(self, n):
         return n in self.done or n in self.parts
 
-    def add(self, n, t, masked=False):
+    def add(self, n, t, masked=False, selected=False):
+        """masked: t carries zeros of a masked cotangent; selected: t is 0 where the op
+        using n did not select it (where's other branch, the rest of x around x[0])."""
         assert n not in self.done, "a cotangent was read before all its uses contributed"
         if masked:
             self.masked.add(n)
+        elif selected:
+            self.selected.setdefault(n, []).append(t)
         parts = self.parts.setdefault(n, [])
         if self._dense(t):
             # summed as it arrives: a weight read at every step of a loop then holds one
@@ -230,8 +235,23 @@ class _Cotangents:
 
     def __getitem__(self, n):
         if n not in self.done:
+            sel = self.selected.pop(n, None)
+            if sel is not None and not self._covered(sel):
+                self.masked.add(n)
             self.done[n] = self._sum(self.parts.pop(n))
         return self.done[n]
+
+    def _covered(self, selected):
+        """Do slices that are all of n's selected uses read every element of n between them
+        (a state unpacked as y[0], y[1], ...)? Then no element's cotangent is a structural 0
+        and n's cotangent needs no mask (and the VJPs before it no guards)."""
+        g = self.ctx.graph
+        if any(OPS[g[t.id]["op"]].places is None for t in selected):
+            return False
+        seen = np.zeros(int(np.prod(selected[0].shape, dtype=np.int64)), bool)
+        for t in selected:
+            seen[self._positions(t)] = True
+        return bool(seen.all())
 
     def _sum(self, parts):
         g = self.ctx.graph

@@ -164,7 +164,7 @@ def test_builtin_max_points_to_np_maximum():
 
 def test_unfollowed_numpy_call_names_the_users_line_and_np_stack():
     def f(a):
-        return np.unwrap(a)  # np.unwrap is not followed by adjit
+        return np.trim_zeros(a.ravel())  # np.trim_zeros is not followed by adjit
     with pytest.raises(adjit.AdjitError, match=r"test_user_sweep.py:\d+") as e:
         adjit.compile(f, backend="numpy")(X)
     assert "fromnumeric" not in str(e.value) and "shape_base" not in str(e.value)
