@@ -80,6 +80,9 @@ class Selection:
     def __getitem__(self, key):
         self._refuse("indexing x[mask]")
 
+    def __setitem__(self, key, value):
+        self._refuse("writing into x[mask] (d = x[mask]; d[d < 1] = 1)")
+
     def __bool__(self):
         self._refuse("the truth value of x[mask]")
 

@@ -240,7 +240,8 @@ def _strided(t, order="C"):
 
 
 def _transposed_upstream(t):
-    """Is a transpose (or a reversing slice) among the values t is computed from?"""
+    """Is a transpose (or a reversing slice) among the values t is computed from? Not behind
+    a matrix product, whose result NumPy always lays out in C order (X @ H.T)."""
     g, todo, seen = t.ctx.graph, [t.id], set()
     while todo:
         n = todo.pop()
@@ -248,6 +249,8 @@ def _transposed_upstream(t):
             continue
         seen.add(n)
         d = g[n]
+        if d["op"] == "matmul":
+            continue
         if d["op"] == "input" and d["attrs"].get("fortran"):
             return True
         if d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(

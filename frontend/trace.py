@@ -243,7 +243,11 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
 
 def _fortran(x) -> bool:
     """Is x a Fortran-ordered (not C-ordered) array, whose order='A'/'K' reshapes NumPy reads
-    column by column?"""
+    column by column? A tracer of an enclosing trace (grad inside compile) counts as one when
+    it is computed from a transposed or Fortran-ordered array, as the enclosing trace reads it."""
+    if isinstance(x, Tracer):
+        from .numpy_api import _transposed_upstream
+        return len(x.shape) > 1 and _transposed_upstream(x)
     flags = getattr(x, "flags", None)
     return (getattr(x, "ndim", 0) > 1 and flags is not None and flags.f_contiguous
             and not flags.c_contiguous)

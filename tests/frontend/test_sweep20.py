@@ -306,3 +306,26 @@ def test_state_unpacked_by_indexing_adds_no_where_guards_to_the_backward():
     # a slice that leaves an element unread still keeps that element's cotangent 0 (JAX: nan)
     np.testing.assert_array_equal(adjit.grad(lambda x: np.log(x)[0])(np.array([1.0, 0.0])),
                                   [1.0, 0.0])
+
+
+def test_memory_order_reads_of_fortran_arguments_are_refused_under_every_transformation():
+    xF = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    w = np.arange(1.0, 7.0)
+    f = lambda x, w: np.sum(np.ravel(x, order="K") * w)  # noqa: E731
+    for transform in (adjit.compile, adjit.value_and_grad, adjit.hessian,
+                      lambda f: adjit.grad(f, argnums=1)):
+        with pytest.raises(adjit.UnsupportedError, match="order='K'"):
+            transform(f)(xF, w)
+    # a matrix product's result is C-ordered in NumPy whatever its operands' layout
+    X, H = np.cos(np.arange(12.0)).reshape(3, 4), np.sin(np.arange(20.0)).reshape(5, 4)
+    g = lambda X: np.dot((X @ H.T).ravel("K"), (X @ H.T).ravel("K"))  # noqa: E731
+    np.testing.assert_allclose(adjit.value_and_grad(g)(X)[0], g(X), rtol=1e-12)
+
+
+def test_writing_into_a_masked_selection_names_the_line():
+    def f(x):
+        d = x[x > 0.5]
+        d[d < 1] = 1
+        return np.sum(d)
+    with pytest.raises(adjit.UnsupportedError, match=r"writing into x\[mask\].*test_sweep20.py"):
+        adjit.grad(f)(np.array([0.2, 0.7, 1.5]))
