@@ -52,6 +52,27 @@ def _from_device(x):
     return x.get() if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get") else x
 
 
+def _refuse_special_array(x):
+    """An np.matrix (whose * is a matrix product), a masked array (whose sums skip masked
+    entries) or a scipy.sparse matrix read from a global or closure would be taken as a plain
+    array: wrong numbers. Refused, naming the line."""
+    if isinstance(x, np.matrix):
+        what, fix = ("an np.matrix, whose * is a matrix product",
+                     "np.asarray(m) outside the function and write products with @")
+    elif isinstance(x, np.ma.MaskedArray):
+        what, fix = ("a masked array, whose operations skip masked entries",
+                     "the data and the mask as two arrays (np.ma.getdata(m), "
+                     "np.ma.getmaskarray(m)) and select with np.where")
+    elif type(x).__module__.startswith("scipy.sparse"):
+        what, fix = ("a scipy.sparse matrix",
+                     "A.toarray() (dense), or its COO form with np.add.at: out = "
+                     "np.zeros(...); np.add.at(out, A.row, A.data[:, None] * x[A.col])")
+    else:
+        return
+    raise UnsupportedError(f"a traced value meets {what}{_at(user_where())}; adjit traces plain "
+                           f"arrays: use {fix}")
+
+
 def lift(x, dtype, ctx=None):
     """A Tracer for x with the given dtype (constants are folded to that dtype)."""
     x = _from_device(x)
@@ -63,6 +84,7 @@ def lift(x, dtype, ctx=None):
             x = _from_nested(x, np.asarray)  # [t0, 1.0, t1]: stacked, as np.array would
     if isinstance(x, Tracer):
         return cast(x, dtype)
+    _refuse_special_array(x)
     ctx = ctx or current()
     with_ctx = ctx if ctx is not None else current()
     dtype = np.dtype(dtype)
@@ -75,6 +97,10 @@ def lift(x, dtype, ctx=None):
         from .buffer import refuse_stale_view
         refuse_stale_view(x, with_ctx)
     # a copy: NumPy arrays the function writes into later keep the value they had here
+    if dtype.kind == "O" or getattr(x, "dtype", None) == object:
+        raise UnsupportedError(f"an array of Python objects (dtype=object) meets a traced value"
+                               f"{_at(user_where())}; adjit traces numeric arrays: convert it "
+                               "with .astype(float) (or the dtype it holds)")
     value = np.array(x, dtype=dtype)
     if value.dtype.kind == "c":
         _no_complex()

@@ -368,6 +368,13 @@ def _name_the_library(e):
         instead = ("np.convolve or np.correlate for 1-d signals (scipy.signal picks an FFT "
                    "for large ones, which adjit cannot trace), or a sum of shifted slices or "
                    "np.einsum over sliding windows for 2-d")
+    elif public.startswith("scipy.sparse"):
+        instead = ("a dense constant, A.toarray() @ x, or the COO form: A = A.tocoo(); out = "
+                   "np.zeros((A.shape[0],) + x.shape[1:]); np.add.at(out, A.row, "
+                   "A.data[:, None] * x[A.col]) (adjit traces np.add.at)")
+    elif public.startswith("scipy.spatial"):
+        instead = ("pairwise distances written with broadcasting: np.sqrt(np.sum((X[:, None] "
+                   "- Y[None]) ** 2, -1)), or from X @ Y.T and the squared norms")
     elif public.startswith("scipy.stats"):
         instead = ("scipy.stats.norm's pdf, logpdf, cdf, logcdf, sf and logsf and "
                    "scipy.special.ndtr, which adjit traces, or the density written out")

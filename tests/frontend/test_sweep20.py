@@ -329,3 +329,27 @@ def test_writing_into_a_masked_selection_names_the_line():
         return np.sum(d)
     with pytest.raises(adjit.UnsupportedError, match=r"writing into x\[mask\].*test_sweep20.py"):
         adjit.grad(f)(np.array([0.2, 0.7, 1.5]))
+
+
+def test_special_array_constants_are_refused_where_numpy_would_compute_otherwise():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        M = np.asmatrix(np.arange(9.0).reshape(3, 3))     # M * W is a matrix product
+    masked = np.ma.masked_array(np.ones((3, 3)), mask=np.eye(3, dtype=bool))
+    objects = np.array([1.0, 2.0, 3.0], dtype=object)
+    W = np.ones((3, 3))
+    for f, what in [(lambda W: np.sum(M * W), "np.matrix"),
+                    (lambda W: np.sum(W * masked), "masked array"),
+                    (lambda W: np.sum(W * objects), "dtype=object")]:
+        with pytest.raises(adjit.UnsupportedError, match=rf"{what}.*test_sweep20.py"):
+            adjit.grad(f)(W)
+
+
+def test_scipy_sparse_constants_are_refused_with_the_coo_advice():
+    sparse = pytest.importorskip("scipy.sparse")
+    A = sparse.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]]))
+    for f in (lambda x: np.sum(x * A), lambda x: np.sum(np.tanh(x.T @ A)),
+              lambda x: np.sum(np.tanh(A @ x))):
+        with pytest.raises(adjit.AdjitError, match=r"np.add.at"):
+            adjit.grad(f)(np.ones((2, 2)))
