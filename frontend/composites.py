@@ -327,7 +327,7 @@ def _odd_reflection(x, ax, left, right, mode):
     padded = np.ones(n + left + right, bool)
     padded[left:left + n] = False
     padded = padded.reshape((-1,) + (1,) * (_nd(x) - ax - 1))
-    return F.where(padded, F.sub(F.mul(edge, 2.0), even), even)
+    return F.where(padded, F.sub(F.add(edge, edge), even), even)
 
 
 def _odd_reflections(x, ax, left, right, include_edge):
@@ -349,14 +349,16 @@ def _odd_reflections(x, ax, left, right, include_edge):
         if left > 0:
             chunk = min(old, left)
             mirror = part(cur, np.arange(chunk - offset, -offset, -1))
-            cur = F.concatenate([F.sub(F.mul(part(cur, [0]), 2.0), mirror), cur], ax)
+            edge = part(cur, [0])
+            cur = F.concatenate([F.sub(F.add(edge, edge), mirror), cur], ax)
             left -= chunk
         if right > 0:
             chunk = min(old, right)
             length = _shape_of(cur)[ax]
             last = length - 2 + offset
             mirror = part(cur, np.arange(last, last - chunk, -1))
-            cur = F.concatenate([cur, F.sub(F.mul(part(cur, [length - 1]), 2.0), mirror)], ax)
+            edge = part(cur, [length - 1])
+            cur = F.concatenate([cur, F.sub(F.add(edge, edge), mirror)], ax)
             right -= chunk
     return cur
 

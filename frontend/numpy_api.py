@@ -888,10 +888,13 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 f"np.{ufunc.__name__}(..., out=a) would write traced values into the NumPy "
                 f"array a{_at(user_where())} (also what a += traced does when a is a NumPy "
                 "array); write a = a + ... instead, or create a inside the function")
-        if method != "__call__":
+        if method not in ("__call__", "reduce", "accumulate", "outer"):
             _unsupported(f"{ufunc.__name__}.{method} with out=")
+        # np.minimum.accumulate(u, out=u): computed whole (NumPy's buffering gives the same
+        # result for these), then stored
         return _store(target, array_ufunc(ufunc, method, inputs, kwargs),
-                      f"np.{ufunc.__name__}(..., out=x)", casting)
+                      f"np.{ufunc.__name__}.{method}(..., out=x)" if method != "__call__"
+                      else f"np.{ufunc.__name__}(..., out=x)", casting)
     if method == "__call__" and ufunc in UFUNCS:
         dtype = kwargs.pop("dtype", None)
         if getattr(np, "vecdot", None) is ufunc and set(kwargs) <= {"axis"}:
@@ -1349,8 +1352,9 @@ def _ndtri_lower(q):
     h = F.div(residual(x0), pdf(x0))
     x = F.stop_gradient(F.sub(x0, F.div(h, F.add(F.mul(F.mul(x0, h), 0.5), 1.0))))
     x = F.sub(x, F.div(residual(x), pdf(x)))
-    # below 1e-290 the density underflows: the approximation (1e-9) as it is
-    return F.where(F.lt(q, 1e-290), F.add(x0, F.mul(q, 0.0)), x)
+    # below 1e-305 the density nears underflow: the approximation (1e-9) as it is, its
+    # derivative taken as 0
+    return F.where(F.lt(q, 1e-305), F.add(x0, F.mul(q, 0.0)), x)
 
 
 def _ndtri(p):

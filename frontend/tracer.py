@@ -226,6 +226,11 @@ def _numpy_testing_call():
     return None
 
 
+class _LayoutError(UnsupportedError, AttributeError):
+    """x.strides & co. of a traced array: an AttributeError too, so hasattr(x, "strides") in a
+    library is False, as for any attribute a Tracer lacks."""
+
+
 class Tracer:
     """A symbolic array: shape and dtype known, value not. Supports NumPy's protocols.
 
@@ -609,6 +614,12 @@ class Tracer:
                 f"as_strided (or another use of the raw memory layout) on a traced array"
                 f"{_at(user_where())}: adjit has no strided views of its own making; use "
                 "np.lib.stride_tricks.sliding_window_view, or im2col by fancy indexing")
+        if name in ("strides", "ctypes", "data"):
+            raise _LayoutError(
+                f"x.{name} of a traced array{_at(user_where())}: adjit's arrays have no raw "
+                "memory layout to read; frame a signal with np.lib.stride_tricks."
+                "sliding_window_view(x, n)[::hop] (or fancy indexing, x[np.arange(n) + hop * "
+                "np.arange(frames)[:, None]]) instead of as_strided with strides")
         if name == "at":
             raise AttributeError(
                 f"x.at[...] is JAX's functional update, not NumPy's{_at(user_where())}: write "

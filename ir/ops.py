@@ -93,6 +93,10 @@ class OpDef:
     #   incoming cotangent is 0, so np.where(x > 0, np.log(x), 0) has finite gradients (JAX
     #   and PyTorch give nan)
     selects: bool = False
+    # keeps_zeros=True for an op whose VJP maps a cotangent's zeros to zeros although its kind
+    #   mixes positions in general (a running maximum: each element's cotangent is the sum of
+    #   those of the extremes it is); autodiff keeps a masked cotangent masked through it
+    keeps_zeros: bool = False
     blows_up: bool | Callable = False
     guard: bool = False
     # integers only (the bitwise operations; the frontend refuses floats, as NumPy does)
@@ -1363,6 +1367,7 @@ OPS["reshape"].rewrite = _reshape_of_slice
 # gather), the non-maximal elements of a max
 for _name in ("where", "gather", "slice", "max"):
     OPS[_name].selects = True
+OPS["accumulate"].keeps_zeros = True
 for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow",
               "arcsin", "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
     OPS[_name].blows_up = True

@@ -101,7 +101,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             op = OPS[d["op"]]
             with where_override(w):
                 gs = rule(cot[n], env[n], *[env[a] for a in g.args(n)], **d["attrs"])
-                masked = n in cot.masked and op.kind in _KEEPS_ZEROS
+                masked = n in cot.masked and (op.kind in _KEEPS_ZEROS or op.keeps_zeros)
                 if n in cot.masked and op.guard:
                     gs = _guarded(cot[n], gs, nested)
                 for a, ga in zip(g.args(n), gs):
@@ -150,7 +150,8 @@ def _may_blow_up(g, a, memo):
                 v = np.asarray(g[n]["attrs"]["value"])
                 # x * [1, nan, inf] is nan or inf where x is finite
                 own = v.dtype.kind in "fc" and not np.isfinite(v).all()
-            memo[n] = own or (op.kind in _KEEPS_ZEROS and any(memo[x] for x in g.args(n)))
+            memo[n] = own or ((op.kind in _KEEPS_ZEROS or op.keeps_zeros) and
+                              any(memo[x] for x in g.args(n)))
     return memo[a]
 
 
