@@ -767,10 +767,7 @@ def _check_1d(a, v, mode, what):
 def _correlate_1d(a, v, mode):
     m = _shape_of(v)[0]
     widths = {"full": (m - 1, m - 1), "same": (m // 2, (m - 1) // 2), "valid": (0, 0)}[mode]
-    ap = pad(a, [widths])
-    count = _shape_of(ap)[0] - m + 1
-    idx = np.arange(count)[:, None] + np.arange(m)[None, :]
-    return F.matmul(F.getitem(ap, idx), v)
+    return F.correlate_valid(pad(a, [widths]) if widths != (0, 0) else a, v)
 
 
 # -- NaN-aware and logical functions ----------------------------------------------------------

@@ -1151,6 +1151,16 @@ def einsum(subscripts, *operands):
 
 
 # -- products ---------------------------------------------------------------------------------
+def correlate_valid(a, v):
+    """np.correlate(a, v, "valid") of 1-d arrays with len(a) >= len(v) (registry op
+    correlate: NumPy's own loop, no window of a is materialised)."""
+    if not any(isinstance(t, Tracer) for t in (a, v)):
+        return np.correlate(a, v, "valid")
+    ctx = _ctx([a, v])
+    dt = result_dtype(a, v)
+    return ctx.emit("correlate", [lift(a, dt, ctx), lift(v, dt, ctx)], {})
+
+
 def matmul(x, y):
     if not any(isinstance(v, Tracer) for v in (x, y)):
         return np.matmul(x, y)

@@ -752,6 +752,25 @@ _register(OpDef(
     "{0} @ {1}", flops=lambda out, ins, a: 2 * _numel(out) * ins[0][-1]))
 
 
+def _correlate_vjp(g, out, a, v):
+    # out[k] = sum_j a[k + j] v[j]: a's cotangent is g convolved with v (g padded by m - 1
+    # zeros on both sides, correlated with v reversed), v's is a correlated with g
+    m, n_out = v.shape[0], g.shape[0]
+    padded = F.unslice(g, (slice(m - 1, m - 1 + n_out),), (n_out + 2 * (m - 1),))
+    return [F.correlate_valid(padded, F.flip(v)), F.correlate_valid(a, g)]
+
+
+_register(OpDef(
+    "correlate", 2, "matmul", lambda s, a: (s[0][0] - s[1][0] + 1,), first_dtype,
+    lambda a, v: np.correlate(a, v, "valid"), _correlate_vjp,
+    lambda t, out, a, v: _sum_t([None if t[0] is None else F.correlate_valid(t[0], v),
+                                 None if t[1] is None else F.correlate_valid(a, t[1])]),
+    "np.correlate({0}, {1}, 'valid')",
+    flops=lambda out, ins, a: 2 * _numel(out) * ins[1][0],
+    doc="np.correlate(a, v, 'valid') of 1-d a and v, len(a) >= len(v): the frontend's "
+        "np.convolve and np.correlate in every mode (a padded first)"))
+
+
 # -- linear algebra on stacks of (..., n, n) matrices (frontend/linalg.py builds them) --------
 # Reverse-mode rules from Giles 2008, "An extended collection of matrix derivative results";
 # cholesky and eigh read only the lower triangle, as NumPy does, so their cotangents lie there.

@@ -267,6 +267,11 @@ TABLE.update({
                          [((2, 3, 3), "invertible"), ((3, 2), "any")],
                          [((3, 3), "invertible"), ((2, 3, 2), "any")]]},
     "det": {"fn": np.linalg.det, "inputs": _SQUARE},
+    # np.convolve / np.correlate in their three modes, the kernel shorter and longer
+    "correlate": {"fn": lambda a, v: np.convolve(a, v) * 0.5 + np.correlate(a, v, "same")[
+        :1] + np.sum(np.correlate(v, a, "valid")) + np.convolve(a, v, "valid")[0],
+        "inputs": [[((7,), "any"), ((3,), "any")], [((2,), "any"), ((5,), "any")],
+                   [((1,), "any"), ((1,), "any")]]},
     # reached through det's derivative; reached directly here
     "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},
