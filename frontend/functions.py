@@ -98,9 +98,10 @@ def lift(x, dtype, ctx=None):
         refuse_stale_view(x, with_ctx)
     # a copy: NumPy arrays the function writes into later keep the value they had here
     if dtype.kind == "O" or getattr(x, "dtype", None) == object:
-        raise UnsupportedError(f"an array of Python objects (dtype=object) meets a traced value"
-                               f"{_at(user_where())}; adjit traces numeric arrays: convert it "
-                               "with .astype(float) (or the dtype it holds)")
+        what = "an array of Python objects (dtype=object)" if isinstance(x, np.ndarray) \
+            else f"a {type(x).__name__} (an object to NumPy)"
+        raise UnsupportedError(f"{what} meets a traced value{_at(user_where())}; adjit traces "
+                               "numeric arrays: convert it with float(...) or .astype(float)")
     value = np.array(x, dtype=dtype)
     if value.dtype.kind == "c":
         _no_complex()
@@ -114,7 +115,9 @@ def _no_complex():
 
 
 def _weak(x):
-    return isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.generic)
+    """A Python number (bool, int, float, complex), which NumPy 2 promotes weakly. Other
+    numbers.Number types (fractions.Fraction, decimal.Decimal) are object scalars to NumPy."""
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
 
 
 def result_dtype(*xs):

@@ -398,3 +398,11 @@ def test_strides_of_a_traced_array_point_to_sliding_windows():
                                                                x.strides[0])))
     with pytest.raises(adjit.UnsupportedError, match="sliding_window_view"):
         adjit.grad(f)(np.arange(10.0))
+
+
+def test_fraction_and_decimal_constants_are_refused_naming_the_line():
+    import decimal
+    import fractions
+    for c in (fractions.Fraction(1, 3), decimal.Decimal("0.5")):
+        with pytest.raises(adjit.UnsupportedError, match=rf"{type(c).__name__}.*test_sweep20.py"):
+            adjit.compile(lambda x: x * c)(np.ones(3))
