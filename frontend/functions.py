@@ -739,7 +739,11 @@ def _rows_of_permutations(arrays, bshape):
     if len(traced) != 1 or tuple(traced[0].shape) != tuple(bshape):
         return False
     g, n = traced[0].ctx.graph, traced[0].id
-    if g[n]["op"] != "argsort" or tuple(g[g.args(n)[0]]["shape"]) != tuple(bshape):
+    # through basic slices (the top k of each row, np.argsort(x, -1)[:, -k:]): a slice of
+    # a row of distinct entries keeps them distinct, and the axes stay where they are
+    while g[n]["op"] == "slice" and all(isinstance(k, slice) for k in g[n]["attrs"]["index"]):
+        n = g.args(n)[0]
+    if g[n]["op"] != "argsort" or len(g[n]["shape"]) != len(bshape):
         return False
     ax = g[n]["attrs"]["axis"]
     consts = [np.moveaxis(np.broadcast_to(a, bshape), ax, -1) for a in arrays

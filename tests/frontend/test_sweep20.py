@@ -406,3 +406,21 @@ def test_fraction_and_decimal_constants_are_refused_naming_the_line():
     for c in (fractions.Fraction(1, 3), decimal.Decimal("0.5")):
         with pytest.raises(adjit.UnsupportedError, match=rf"{type(c).__name__}.*test_sweep20.py"):
             adjit.compile(lambda x: x * c)(np.ones(3))
+
+
+def test_top_k_gate_scatter_with_a_slice_of_argsort():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 6))
+
+    def gate(logits, k=2):         # mixture-of-experts top-k gating
+        idx = np.argsort(logits, -1)[:, -k:]
+        w = np.take_along_axis(logits, idx, -1)
+        w = np.exp(w) / np.sum(np.exp(w), -1, keepdims=True)
+        g = np.zeros_like(logits)
+        np.put_along_axis(g, idx, w, axis=-1)
+        return np.sum(g * np.arange(6) ** 2)
+    np.testing.assert_allclose(adjit.compile(gate)(logits), gate(logits), rtol=1e-12)
+    assert adjit.gradcheck(gate, logits) < 1e-6
+    with pytest.raises(adjit.UnsupportedError, match="may repeat"):   # a row picked twice
+        adjit.compile(lambda x: np.put_along_axis(np.zeros((2, 6)), np.argsort(x, -1)[[0, 0]],
+                                                  x[[0, 0]], axis=-1))(logits)
