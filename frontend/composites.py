@@ -615,11 +615,13 @@ def extreme_at_jvp(t, out, a, v, idx):
     if a.dtype.kind != "f" or (t[0] is None and t[1] is None):
         return None
     wa, wv = _extreme_weights(out, a, v, idx)
+    def share(t, w):    # an unselected element's tangent (log(0)'s -inf) adds 0, not nan
+        return F.where(F.eq(w, 0), 0.0, F.mul(t, w))
     parts = []
     if t[0] is not None:
-        parts.append(F.mul(t[0], wa))
+        parts.append(share(t[0], wa))
     if t[1] is not None:
-        parts.append(F.scatter_add(F.mul(t[1], wv), [idx], (("a", 0),), a.shape))
+        parts.append(F.scatter_add(share(t[1], wv), [idx], (("a", 0),), a.shape))
     return parts[0] if len(parts) == 1 else F.add(*parts)
 
 

@@ -265,7 +265,7 @@ def _transposed_upstream(t):
 
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
     if out is not None:
-        _store_out(out, _clip(x, a_min, a_max, **kw), "clip")
+        _store_out(out, _clip(x, a_min, a_max, **kw), "np.clip", "same_kind")
         return out
     lo, hi = kw.get("min", a_min), kw.get("max", a_max)
     if isinstance(x, (int, float)) and not isinstance(x, np.generic):
@@ -842,7 +842,10 @@ def _weak_value(t):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
-    casting = kwargs.pop("casting", "same_kind")    # checked where results are stored
+    # checked where results are stored; NumPy's reductions and accumulations store into out=
+    # unsafely (np.add.reduce(x, out=an_int_array) truncates)
+    casting = kwargs.pop("casting", "unsafe" if method in ("reduce", "accumulate")
+                         else "same_kind")
     for k in ("order", "subok"):
         kwargs.pop(k, None)   # layouts are free
     where = kwargs.pop("where", True)
@@ -903,6 +906,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
         if dtype is not None and np.dtype(dtype).kind != "b" and \
                 _loop_of(ufunc, np.dtype(dtype)):
+            for x in inputs:     # np.add(x, 1.5, dtype=int): NumPy casts inputs same_kind
+                _check_cast(x, np.empty(0, np.dtype(dtype)), casting,
+                            f"np.{ufunc.__name__}(..., dtype={np.dtype(dtype)})")
             # computed in that dtype, as NumPy does (np.exp(x32, dtype=np.float64), the signed
             # difference np.subtract(a8, b8, dtype=np.int16) of two uint8 images)
             dt = np.dtype(dtype)
@@ -1445,7 +1451,8 @@ def array_function(func, args, kwargs):
     if out is not None and func in FUNCTIONS:
         # np.clip(x, lo, hi, out=x) and the like: computed, then stored like x[...] = result
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-        _store_out(out, array_function(func, args, kwargs), f"np.{_np_name(func)}")
+        _store_out(out, array_function(func, args, kwargs), f"np.{_np_name(func)}",
+                   "same_kind" if getattr(func, "__name__", "") == "clip" else "unsafe")
         return out
     fn = FUNCTIONS.get(func)
     if fn is None:
@@ -2156,12 +2163,15 @@ def _store(s, r, what, casting="same_kind"):
     return s
 
 
-def _store_out(out, r, what):
+def _store_out(out, r, what, casting="unsafe"):
+    """out= of a NumPy function (np.sum, np.cumsum: stored unsafely, as NumPy's reductions;
+    np.clip, a ufunc: same_kind)."""
     target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
     if isinstance(target, B.Buffer):
+        _check_cast(r, target, casting, f"{what}(..., out=x)")
         target[...] = r
     elif isinstance(target, Tracer):
-        _store(target, r, f"{what}(..., out=x)")
+        _store(target, r, f"{what}(..., out=x)", casting)
     else:
         raise UnsupportedError(
             f"{what}(..., out=a) would write traced values into the NumPy array a"

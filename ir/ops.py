@@ -1384,7 +1384,7 @@ OPS["reshape"].rewrite = _reshape_of_slice
 # ops whose VJP gives the positions they drop a cotangent of exactly 0: where's other
 # branch, a gather's or a slice's unread elements (x[i] = v overwrites through concatenate +
 # gather), the non-maximal elements of a max
-for _name in ("where", "gather", "slice", "max"):
+for _name in ("where", "gather", "slice", "max", "extreme_at", "accumulate"):
     OPS[_name].selects = True
 OPS["accumulate"].keeps_zeros = True
 for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow",

@@ -424,3 +424,43 @@ def test_top_k_gate_scatter_with_a_slice_of_argsort():
     with pytest.raises(adjit.UnsupportedError, match="may repeat"):   # a row picked twice
         adjit.compile(lambda x: np.put_along_axis(np.zeros((2, 6)), np.argsort(x, -1)[[0, 0]],
                                                   x[[0, 0]], axis=-1))(logits)
+
+
+def test_out_casting_follows_numpy():
+    x = np.array([0.3, -1.7, 2.6])
+
+    def reductions(x):      # reductions and accumulations store into out= unsafely
+        u, v = np.zeros((), int), np.zeros(3, int)
+        np.add.reduce(x, out=u)
+        np.add.accumulate(x, out=v)
+        w = np.zeros((), int)
+        np.sum(x, out=w)
+        return u, v, w
+    for got, want in zip(adjit.compile(reductions)(x), reductions(x)):
+        np.testing.assert_array_equal(got, want)
+    # a ufunc's dtype= casts its inputs same_kind, and np.clip into an int array raises
+    for f in (lambda x: np.add(x, 1.5, dtype=int),
+              lambda x: np.clip(x, -1, 1, out=np.zeros(3, int))):
+        with pytest.raises(TypeError, match="same_kind"):
+            adjit.compile(f)(x)
+
+
+def test_unselected_infinities_of_extremes_keep_zero_derivatives():
+    x = np.array([0.5, 0.0, 2.0])
+
+    def f(x):
+        a = np.full(2, -5.0)
+        np.maximum.at(a, [0, 0, 1], np.log(x))     # log(0) = -inf is not the maximum
+        return np.sum(a)
+    np.testing.assert_array_equal(adjit.grad(f)(x), [2.0, 0.0, 0.5])
+    np.testing.assert_array_equal(
+        adjit.grad(lambda x: np.sum(np.maximum.accumulate(np.log(x))))(x), [4.0, 0.0, 0.5])
+
+    def g(x):
+        a = np.full(3, -5.0)
+        np.maximum.at(a, [0, 1, 2, 0, 1, 2, 0], np.log(x))
+        return np.sum(np.where(a > -4, a, 0.0) ** 2)
+    y = np.array([0.5, 0, 2, 1.5, 3, 0, 0.7])
+    reverse = adjit.grad(g)(y) @ np.ones(7)
+    np.testing.assert_allclose(adjit.jvp(g, (y,), (np.ones(7),))[1], reverse, rtol=1e-12)
+    assert np.isfinite(reverse)
