@@ -309,7 +309,7 @@ class Tracer:
         flat = pos.reshape(-1)
         w = self._pending[2][flat]
         if w[0] < 0 or (w != w[0]).any():
-            return None
+            return self._read_pieces(pos, flat, w)
         wpos, vid, _ = self._pending[1][w[0]]
         order = np.argsort(wpos, kind="stable")
         j = order[np.searchsorted(wpos[order], flat, side="right") - 1]  # last occurrence
@@ -323,6 +323,42 @@ class Tracer:
         if self.ctx.graph[vid]["shape"] != pos.shape:
             vid = self._node("reshape", [vid], {"shape": pos.shape})
         return vid
+
+    def _read_pieces(self, pos, flat, w):
+        """The elements at `pos` from the few collected writes (and the old value) that hold
+        them, joined: y[a:b] += frame in an overlap-add loop reads the tail of the previous
+        frame and untouched zeros, without materializing all of y for every frame. None when
+        they come in more than _RUNS runs."""
+        bounds = np.flatnonzero(np.diff(w)) + 1
+        if len(bounds) + 1 > _RUNS:
+            return None
+        base_id, writes, _ = self._pending
+        g = self.ctx.graph
+        where = user_where()
+        pieces = []
+        for a, b in zip(np.r_[0, bounds], np.r_[bounds, flat.size]):
+            k, want = int(w[a]), flat[a:b]
+            if k < 0:
+                src, j = base_id, want
+            else:
+                wpos, src, _ = writes[k]
+                order = np.argsort(wpos, kind="stable")
+                j = order[np.searchsorted(wpos[order], want, side="right") - 1]
+            n = int(np.prod(g[src]["shape"], dtype=np.int64))
+            if g[src]["shape"] != (n,):
+                src = self._node("reshape", [src], {"shape": (n,)}, where)
+            if j.size == 1 or (np.diff(j) == 1).all():
+                piece = self._node("slice", [src], {"index": (slice(int(j[0]),
+                                                                    int(j[0]) + j.size),)}, where)
+            else:
+                c = g.add("const", [], j.shape, j.dtype, {"value": j, "dtype": j.dtype}, None,
+                          where)
+                piece = self._node("gather", [src, c], {"key": (("a", 0),)}, where)
+            pieces.append(piece)
+        vid = pieces[0] if len(pieces) == 1 else self._node("concatenate", pieces,
+                                                            {"axis": 0}, where)
+        return vid if pos.shape == (flat.size,) else self._node("reshape", [vid],
+                                                                {"shape": pos.shape}, where)
 
     def unwritten(self, pos: np.ndarray) -> bool:
         """Do the collected writes leave the flat positions `pos` untouched?"""

@@ -1387,12 +1387,14 @@ OPS["reshape"].rewrite = _reshape_of_slice
 for _name in ("where", "gather", "slice", "max", "extreme_at", "accumulate"):
     OPS[_name].selects = True
 OPS["accumulate"].keeps_zeros = True
-for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "sqrt", "div", "pow",
+for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "log10", "log2",
+              "sqrt", "div", "pow", "fmod",
               "arcsin", "arccos", "arctanh", "arccosh", "arctan2", "gammaln", "polygamma"):
     OPS[_name].blows_up = True
 # by a constant, a division is a product (x / 3.0 only overflows, as x * 3.0), and a power with
 # whole non-negative exponents one too (x ** 2); the argument is None where not constant
 OPS["div"].blows_up = lambda x, y: y is None or not (np.isfinite(y).all() and (y != 0).all())
+OPS["fmod"].blows_up = lambda x, y: y is None or not (y != 0).all()
 OPS["pow"].blows_up = lambda x, y: y is None or not ((y >= 0).all() and (y == np.round(y)).all())
 # every elementwise op but those passing the cotangent on unscaled: sin(log(0)) would
 # evaluate cos(-inf) in sin's VJP

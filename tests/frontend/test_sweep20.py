@@ -464,3 +464,33 @@ def test_unselected_infinities_of_extremes_keep_zero_derivatives():
     reverse = adjit.grad(g)(y) @ np.ones(7)
     np.testing.assert_allclose(adjit.jvp(g, (y,), (np.ones(7),))[1], reverse, rtol=1e-12)
     assert np.isfinite(reverse)
+
+
+@pytest.mark.parametrize("fn", [np.log10, np.log2, lambda x: np.fmod(3.0, x),
+                                lambda x: np.mod(3.0, x)])
+def test_where_trap_covers_log10_log2_and_a_zero_divisor_of_fmod(fn):
+    x = np.array([0.0, 0.5])
+    f = lambda x: np.sum(np.where(x > 0, fn(x), -100.0))  # noqa: E731
+    g = adjit.grad(f)(x)
+    assert g[0] == 0.0 and np.isfinite(g).all()
+    assert np.isfinite(adjit.hessian(f)(x)).all()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_overlap_add_reads_only_the_frames_it_touches(backend):
+    rng = np.random.default_rng(0)
+    frames, win = rng.normal(size=(40, 64)), np.hanning(66)[1:-1] + 0.1
+
+    def ola(frames):
+        y = np.zeros(39 * 16 + 64)
+        for i in range(40):
+            y[i * 16:i * 16 + 64] += frames[i] * win
+            y[i * 16 + 1] *= 1.01         # a write between the adds
+        return np.sum(np.sin(y))
+    vg = adjit.value_and_grad(ola, backend=backend)
+    np.testing.assert_allclose(vg(frames)[0], ola(frames), rtol=1e-12)
+    assert adjit.gradcheck(ola, frames, backend=backend, eps=1e-5) < 1e-6
+    graph = vg.lower(frames).graph
+    big = [k for k in graph.nodes() if graph[k]["op"] in ("concatenate", "gather", "where")
+           and int(np.prod(graph[k]["shape"])) >= 39 * 16 + 64]
+    assert len(big) <= 8          # not one full-size array per frame (40 frames)
