@@ -241,26 +241,34 @@ def _strided(t, order="C"):
 
 def _transposed_upstream(t):
     """Is a transpose (or a reversing slice) among the values t is computed from? Not behind
-    a matrix product, whose result NumPy always lays out in C order (X @ H.T)."""
-    g, todo, seen = t.ctx.graph, [t.id], set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
+    a matrix product, whose result NumPy always lays out in C order (X @ H.T). Answers are
+    kept per node of the trace, so asking for each argument of many nested grads in a loop
+    walks each node once."""
+    g = t.ctx.graph
+    memo = g.__dict__.setdefault("_transposed_memo", {})
+    stack = [t.id]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
             continue
-        seen.add(n)
         d = g[n]
-        if d["op"] == "matmul":
-            continue
-        if d["op"] == "input" and d["attrs"].get("fortran"):
-            return True
-        if d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(
-                range(len(d["attrs"]["perm"]))):
-            return True
-        if d["op"] == "slice" and any(isinstance(k, slice) and (k.step or 1) < 0
-                                      for k in d["attrs"]["index"]):
-            return True
-        todo.extend(g.args(n))
-    return False
+        if (d["op"] == "input" and d["attrs"].get("fortran")) or (
+                d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(
+                    range(len(d["attrs"]["perm"])))) or (
+                d["op"] == "slice" and any(isinstance(k, slice) and (k.step or 1) < 0
+                                           for k in d["attrs"]["index"])):
+            memo[n] = True
+        elif d["op"] == "matmul":
+            memo[n] = False
+        else:
+            todo = [a for a in g.args(n) if a not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            memo[n] = any(memo[a] for a in g.args(n))
+        stack.pop()
+    return memo[t.id]
 
 
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
