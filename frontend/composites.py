@@ -962,11 +962,22 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
-    if _shape_of(a)[-1] != 3 or _shape_of(b)[-1] != 3:
-        raise UnsupportedError(f"np.cross of vectors of length {_shape_of(a)[-1]} and "
-                               f"{_shape_of(b)[-1]}{_at(user_where())}; only 3-vectors")
-    a0, a1, a2 = (F.getitem(a, (Ellipsis, i)) for i in range(3))
-    b0, b1, b2 = (F.getitem(b, (Ellipsis, i)) for i in range(3))
-    c = F.stack([F.sub(F.mul(a1, b2), F.mul(a2, b1)), F.sub(F.mul(a2, b0), F.mul(a0, b2)),
-                 F.sub(F.mul(a0, b1), F.mul(a1, b0))], axis=-1)
+    na, nb = _shape_of(a)[-1], _shape_of(b)[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product\n"
+                         "(dimension must be 2 or 3)")
+    # NumPy's deprecated 2-vector forms: a 2-vector's z is 0 (left out of the products, as
+    # NumPy does), and two 2-vectors give the z component alone
+    a0, a1, a2 = (F.getitem(a, (Ellipsis, i)) if i < na else None for i in range(3))
+    b0, b1, b2 = (F.getitem(b, (Ellipsis, i)) if i < nb else None for i in range(3))
+
+    def term(x, y, u, v):     # x * y - u * v, a missing (zero) component dropping its product
+        p = None if x is None or y is None else F.mul(x, y)
+        q = None if u is None or v is None else F.mul(u, v)
+        return F.sub(p, q) if p is not None and q is not None else \
+            p if p is not None else F.neg(q)
+    z = term(a0, b1, a1, b0)
+    if na == nb == 2:
+        return z
+    c = F.stack([term(a1, b2, a2, b1), term(a2, b0, a0, b2), z], axis=-1)
     return moveaxis(c, -1, axisc)

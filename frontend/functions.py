@@ -537,7 +537,8 @@ def _getitem(x, key):
         if isinstance(k, slice):
             for v in (k.start, k.stop, k.step):
                 if isinstance(v, Tracer):
-                    v._concrete("an index or slice bound (x[:k] with a traced k)")
+                    v._concrete("an index or slice bound (x[:k] with a traced k; for a block of "
+                                "fixed length at a traced start, x[i:i + 3] is x[i + np.arange(3)])")
     nreal = builtins.sum(1 for k in key if k is not None)
     if nreal > x.ndim:
         raise ShapeError(f"too many indices ({nreal}) for an array of shape {x.shape}"
@@ -709,12 +710,42 @@ def traced_positions(x, key):
     unique = int(np.prod(bshape, dtype=np.int64)) <= 1  # x[np.argmax(x)] = 0: one position
     if len(arrays) == 1 and _is_permutation(arrays[0]):
         unique = True   # ranks[np.argsort(-s)] = np.arange(n): a permutation never repeats
+    traced = [a for a in arrays if isinstance(a, Tracer)]
+    if not unique and len(traced) == 1 and tuple(traced[0].shape) == tuple(bshape) and \
+            _shifted_distinct(traced[0]):
+        unique = True   # J[k, 3 * i + np.arange(3)] = v: a block at a traced offset
     elif not unique and _rows_of_permutations(arrays, bshape):
         unique = True   # np.put_along_axis(z, np.argsort(x, axis=1), v, axis=1)
     if consts and not unique:
         rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
         unique = len(np.unique(rows, axis=0)) == rows.shape[0]
     return arrays, tkey, tuple(int(d) for d in shape), unique
+
+
+def _shifted_distinct(t):
+    """Is t one traced number plus (or minus) a constant array of distinct entries (3 * i +
+    np.arange(3), a parameter block at a traced offset)? Its entries are then distinct."""
+    g = t.ctx.graph
+    d = g[t.id]
+    if d["op"] not in ("add", "sub") or len(d["args"]) != 2:
+        return False
+    parts = []
+    for a in d["args"]:
+        while g[a]["op"] in ("broadcast_to", "reshape", "cast") and g[a]["op"] != "const":
+            inner = g[a]["args"][0]
+            if g[a]["op"] == "cast" and g[inner]["dtype"].kind not in "iu":
+                break
+            if g[a]["op"] != "cast" and int(np.prod(g[inner]["shape"], dtype=np.int64)) not in (
+                    1, int(np.prod(t.shape, dtype=np.int64))):
+                break
+            a = inner
+        parts.append(a)
+    sizes = [int(np.prod(g[a]["shape"], dtype=np.int64)) for a in parts]
+    consts = [g[a]["op"] == "const" for a in parts]
+    if sorted(consts) != [False, True] or sizes[consts.index(False)] != 1:
+        return False
+    c = np.asarray(g[parts[consts.index(True)]]["attrs"]["value"])
+    return c.size == int(np.prod(t.shape, dtype=np.int64)) and np.unique(c).size == c.size
 
 
 def _is_permutation(t):
@@ -837,7 +868,9 @@ def index_target(x, key, v, grid=None):
             raise UnsupportedError(
                 f"assigning at a position computed from traced values (x[i] = v with a traced "
                 f"i){_at(user_where())} is not supported; write "
-                "x = adjit.where(np.arange(len(x)) == i, v, x) instead")
+                "x = adjit.where(np.arange(len(x)) == i, v, x) instead, or for a block of fixed "
+                "length at a traced start index it by an array: x[i + np.arange(3)] = v "
+                "(x[k, i + np.arange(3)] = v in a row)")
     if grid is None:
         grid = flat_positions(x.shape)
     try:

@@ -346,6 +346,9 @@ def _name_the_library(e):
     direct = True         # no user frame yet: adjit.compile(scipy.signal.fftconvolve) itself
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
+        if fn == "<stringsource>":      # Cython's own helpers (memoryviews) inside SciPy
+            tb = tb.tb_next
+            continue
         if _SCIPY in fn or fn.startswith("scipy" + os.sep):    # also Cython's frames
             if (in_user or direct) and called is None:
                 called, frames = tb.tb_frame, []
@@ -372,6 +375,10 @@ def _name_the_library(e):
         instead = ("a dense constant, A.toarray() @ x, or the COO form: A = A.tocoo(); out = "
                    "np.zeros((A.shape[0],) + x.shape[1:]); np.add.at(out, A.row, "
                    "A.data[:, None] * x[A.col]) (adjit traces np.add.at)")
+    elif public.startswith("scipy.spatial.transform"):
+        instead = ("the rotation written out: a unit quaternion (x, y, z, w)'s matrix is "
+                   "[[1 - 2(y^2 + z^2), 2(xy - zw), 2(xz + yw)], ...], a rotation vector's "
+                   "Rodrigues' formula I + sin(t) K + (1 - cos(t)) K @ K")
     elif public.startswith("scipy.spatial"):
         instead = ("pairwise distances written with broadcasting: np.sqrt(np.sum((X[:, None] "
                    "- Y[None]) ** 2, -1)), or from X @ Y.T and the squared norms")

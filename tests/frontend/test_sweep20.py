@@ -494,3 +494,48 @@ def test_overlap_add_reads_only_the_frames_it_touches(backend):
     big = [k for k in graph.nodes() if graph[k]["op"] in ("concatenate", "gather", "where")
            and int(np.prod(graph[k]["shape"])) >= 39 * 16 + 64]
     assert len(big) <= 8          # not one full-size array per frame (40 frames)
+
+
+def test_scipy_rotation_on_a_traced_array_names_the_function_and_the_line():
+    transform = pytest.importorskip("scipy.spatial.transform")
+    f = lambda q: np.sum(transform.Rotation.from_quat(q).as_matrix())  # noqa: E731
+    with pytest.raises(adjit.UnsupportedError, match=r"Rotation.from_quat.*test_sweep20.py.*"
+                                                     r"Rodrigues"):
+        adjit.grad(f)(np.array([0.1, 0.2, 0.3, 0.9]))
+
+
+def test_blocks_at_a_traced_offset_read_and_write_through_index_arrays():
+    def f(x, i):        # bundle adjustment's parameter blocks: 3 * i + np.arange(3)
+        y = np.zeros(9)
+        y[3 * i + np.arange(3)] = x[:3]
+        J = np.zeros((2, 9))
+        J[1, 3 * i + np.arange(3)] = x[3:6] ** 2
+        return np.sum(y * np.arange(9)) + np.sum(x[3 * i + np.arange(3)]) + np.sum(
+            J * np.arange(18).reshape(2, 9))
+    x = np.arange(9.0) + 0.5
+    for i in (0, 1, 2):
+        np.testing.assert_allclose(adjit.compile(f)(x, np.int64(i)), f(x, i), rtol=1e-12)
+        assert adjit.gradcheck(f, x, np.int64(i)) < 1e-6
+
+    def repeats(x, i):
+        y = np.zeros(9)
+        y[i + np.array([0, 1, 1])] = x[:3]
+        return np.sum(y)
+    with pytest.raises(adjit.UnsupportedError, match="may repeat"):
+        adjit.compile(repeats)(x, np.int64(1))
+    with pytest.raises(adjit.AdjitError, match=r"x\[i \+ np.arange\(3\)\]"):
+        adjit.compile(lambda x, i: np.sum(x[3 * i:3 * i + 3]))(x, np.int64(1))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_cross_of_2_vectors_as_numpy():
+    a = np.array([[1.0, 2.0], [3.0, 4.0]])
+    b = np.array([[5.0, 6.0], [7.0, 9.0]])
+    c = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    for f in (lambda a, b, c: np.cross(a, b), lambda a, b, c: np.cross(a, c),
+              lambda a, b, c: np.cross(c, a), lambda a, b, c: np.cross(a.T, c.T, axisa=0, axisb=0)):
+        got, want = adjit.compile(f)(a, b, c), f(a, b, c)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert adjit.gradcheck(lambda a, b, c: np.sum(np.sin(f(a, b, c))), a, b, c,
+                               argnums=(0, 1, 2)) < 1e-6
