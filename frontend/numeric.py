@@ -821,7 +821,14 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
         pos = np.lib.stride_tricks.sliding_window_view(grid, window_shape, axis)
     except ValueError as e:
         raise ShapeError(f"sliding_window_view: {e}{_at(user_where())}") from None
-    return F.getitem(F.ravel(x), (np.ascontiguousarray(pos),))
+    x = B.resolve(x)
+    if not isinstance(x, Tracer):
+        return np.lib.stride_tricks.sliding_window_view(x, window_shape, axis)
+    # the positions stay NumPy's read-only view of the grid (a copy would hold every window:
+    # 2048-sample windows of 16,000 samples are 28 million positions); a later [::hop]
+    # keeps only its frames' (registry rewrite of slice of gather)
+    idx = x.ctx.emit("const", [], {"value": pos, "dtype": pos.dtype})
+    return x.ctx.emit("gather", [F.ravel(x), idx], {"key": (("a", 0),)})
 
 
 # -- finite differences and polynomial matrices -------------------------------------------------

@@ -198,6 +198,8 @@ def _distinct(x, idx, key):
     g = x.ctx.graph
     if any(g[i.id]["op"] != "const" for i in idx) or _numel(x.shape) > _DISTINCT_MAX:
         return False
+    if any(_numel(i.shape) > _numel(x.shape) for i in idx) and len(idx) == 1:
+        return False    # more positions than elements: some repeat (overlapping windows)
     arrays = [np.asarray(g[i.id]["attrs"]["value"]) for i in idx]
     pos = np.arange(_numel(x.shape)).reshape(x.shape)[_build_key(key, arrays)]
     return pos.size == np.unique(pos).size
