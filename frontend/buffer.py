@@ -214,12 +214,11 @@ class Buffer(np.ndarray):
             if isinstance(out, Buffer):
                 # np.clip(v, lo, hi, out=v) into a Buffer (or a view of one): computed, then
                 # stored into it, so the write reaches the array it views
-                from .numpy_api import _check_cast
+                from .numpy_api import _check_cast, out_casting
                 rest = {k: v for k, v in kwargs.items() if k != "out"}
                 r = func(*_resolve_tree(args), **_resolve_tree(rest))
-                # np.clip is a ufunc (same_kind); reductions store unsafely, as in NumPy
-                _check_cast(r, out, "same_kind" if func.__name__ == "clip" else "unsafe",
-                            f"np.{func.__name__}(..., out=x)")
+                # np.clip's ufunc casts same_kind; reductions store unsafely, as in NumPy
+                _check_cast(r, out, out_casting(func, kwargs), f"np.{func.__name__}(..., out=x)")
                 out[...] = r
                 return out
             if _holds_promoted((args, kwargs)):

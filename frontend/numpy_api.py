@@ -273,7 +273,7 @@ def _transposed_upstream(t):
 
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
     if out is not None:
-        _store_out(out, _clip(x, a_min, a_max, **kw), "np.clip", "same_kind")
+        _store_out(out, _clip(x, a_min, a_max, **kw), "np.clip", kw.get("casting", "same_kind"))
         return out
     lo, hi = kw.get("min", a_min), kw.get("max", a_max)
     if isinstance(x, (int, float)) and not isinstance(x, np.generic):
@@ -890,7 +890,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         if isinstance(target, B.Buffer) and method in ("__call__", "reduce", "accumulate",
                                                        "outer"):
-            r = array_ufunc(ufunc, method, inputs, kwargs)
+            r = array_ufunc(ufunc, method, inputs, dict(kwargs, casting=casting))
             _check_cast(r, target, casting, f"np.{ufunc.__name__}(..., out=x)")
             target[...] = r
             return target
@@ -903,7 +903,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             _unsupported(f"{ufunc.__name__}.{method} with out=")
         # np.minimum.accumulate(u, out=u): computed whole (NumPy's buffering gives the same
         # result for these), then stored
-        return _store(target, array_ufunc(ufunc, method, inputs, kwargs),
+        return _store(target, array_ufunc(ufunc, method, inputs, dict(kwargs, casting=casting)),
                       f"np.{ufunc.__name__}.{method}(..., out=x)" if method != "__call__"
                       else f"np.{ufunc.__name__}(..., out=x)", casting)
     if method == "__call__" and ufunc in UFUNCS:
@@ -912,6 +912,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             return UFUNCS[ufunc](*inputs, **kwargs)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
+        if dtype is not None and not any(t.endswith(np.dtype(dtype).char * ufunc.nout)
+                                         for t in ufunc.types):
+            raise TypeError(f"No loop matching the specified signature and casting was found "
+                            f"for ufunc {ufunc.__name__}: dtype={np.dtype(dtype)}"
+                            f"{_at(user_where())} (as NumPy)")
         if dtype is not None and np.dtype(dtype).kind != "b" and \
                 _loop_of(ufunc, np.dtype(dtype)):
             for x in inputs:     # np.add(x, 1.5, dtype=int): NumPy casts inputs same_kind
@@ -1460,7 +1465,7 @@ def array_function(func, args, kwargs):
         # np.clip(x, lo, hi, out=x) and the like: computed, then stored like x[...] = result
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         _store_out(out, array_function(func, args, kwargs), f"np.{_np_name(func)}",
-                   "same_kind" if getattr(func, "__name__", "") == "clip" else "unsafe")
+                   out_casting(func, kwargs))
         return out
     fn = FUNCTIONS.get(func)
     if fn is None:
@@ -2169,6 +2174,19 @@ def _store(s, r, what, casting="same_kind"):
         r = F.cast(r, s.dtype)
     s.assign(r)
     return s
+
+
+# NumPy functions whose out= is written by a ufunc (same_kind casting); reductions and
+# np.cumsum, np.take & co. store unsafely
+_SAME_KIND_OUT = frozenset(("clip", "round", "around", "matmul", "fix", "std", "ptp",
+                            "nanstd"))
+
+
+def out_casting(func, kwargs):
+    """The casting rule for func(..., out=a): the user's casting= where func takes one."""
+    if getattr(func, "__name__", "") not in _SAME_KIND_OUT:
+        return "unsafe"
+    return kwargs.get("casting", "same_kind")
 
 
 def _store_out(out, r, what, casting="unsafe"):

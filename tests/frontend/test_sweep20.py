@@ -539,3 +539,22 @@ def test_cross_of_2_vectors_as_numpy():
         np.testing.assert_array_equal(got, want)
         assert adjit.gradcheck(lambda a, b, c: np.sum(np.sin(f(a, b, c))), a, b, c,
                                argnums=(0, 1, 2)) < 1e-6
+
+
+def test_explicit_casting_and_missing_loops_follow_numpy():
+    x = np.array([[0.3, -1.7, 2.6], [1.4, 0.2, -0.9]])
+
+    def unsafe(x):
+        u, v = np.zeros((2, 3), int), np.zeros((2, 3), int)
+        np.multiply(x, 2, out=u, dtype=int, casting="unsafe")
+        np.clip(x, -1, 1, out=v, casting="unsafe")
+        w = np.zeros((2, 3), int)
+        np.cumsum(x, axis=1, out=w)          # np.cumsum stores unsafely
+        return u, v, w
+    for got, want in zip(adjit.compile(unsafe)(x), unsafe(x)):
+        np.testing.assert_array_equal(got, want)
+    for f in (lambda x: np.sqrt(np.abs(x), dtype=int),             # no int loop
+              lambda x: np.round(x, out=np.zeros((2, 3), int)),    # round's ufunc: same_kind
+              lambda x: np.std(x, axis=0, out=np.zeros(3, int))):
+        with pytest.raises(TypeError):
+            adjit.compile(f)(x)
