@@ -3,7 +3,7 @@
 Usage: python benchmarks/user_programs.py [--repeat 10] [--quick] [--threads N]
                                           [--only gp,rosenbrock,...]
 
-Nine loss functions, each written the way a NumPy user writes it (float64 throughout):
+Twelve loss functions, each written the way a NumPy user writes it (float64 throughout):
   gp          GP negative log marginal likelihood, RBF kernel of 3-d inputs, Cholesky and two
               triangular solves; gradient w.r.t. the two log hyperparameters (n = 800)
   rosenbrock  np.sum(100*(x[1:]-x[:-1]**2)**2 + (1-x[:-1])**2)           (n = 1e6)
@@ -14,6 +14,9 @@ Nine loss functions, each written the way a NumPy user writes it (float64 throug
   reflectpad  np.sum(np.pad(x, ((0,0),(3,3)), mode="reflect")**2)         (512 x 1024)
   drawdown    np.sum(np.maximum.accumulate(x) - x)                        (n = 2e5)
   interp      np.sum(np.interp(v, xp, fp)), traced v, 1,000 constant knots (n = 1e5)
+  fir         np.sum(np.convolve(x, k, "same")**2), a constant 63-tap kernel (n = 16,000)
+  frames      np.sum((sliding_window_view(x, 400)[::160] * window)**2)    (n = 16,000)
+  ola         overlap-add loop y[i*256:i*256+512] += frames[i] * window, 251 frames
 Peers: eager NumPy forward only (the program itself), JAX jax.jit(jax.value_and_grad) with
 x64 (a jax.numpy mirror of each program), PyTorch eager float64 forward + backward; a peer
 that is not installed is skipped with a line. adjit compile = the first call of
@@ -113,6 +116,22 @@ def interp(v, xp, fp):
     return np.sum(np.interp(v, xp, fp))
 
 
+def fir(x, k):
+    return np.sum(np.convolve(x, k, "same") ** 2)
+
+
+def frames(x, window):
+    return np.sum((np.lib.stride_tricks.sliding_window_view(x, 400)[::160] * window) ** 2)
+
+
+def ola(fr, window):
+    hop, n = 256, fr.shape[1]
+    y = np.zeros((fr.shape[0] - 1) * hop + n)
+    for i in range(fr.shape[0]):
+        y[i * hop:i * hop + n] += fr[i] * window
+    return np.sum(y ** 2)
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
@@ -139,7 +158,20 @@ def jax_mirrors(jax):
         a = jnp.abs(d)
         return jnp.sum(jnp.where(a < 1, 0.5 * d * d, a - 0.5))
 
+    def j_frames(x, window):
+        idx = np.arange(400) + 160 * np.arange((x.shape[0] - 400) // 160 + 1)[:, None]
+        return jnp.sum((x[idx] * window) ** 2)
+
+    def j_ola(fr, window):
+        hop, n = 256, fr.shape[1]
+        y = jnp.zeros((fr.shape[0] - 1) * hop + n)
+        for i in range(fr.shape[0]):
+            y = y.at[i * hop:i * hop + n].add(fr[i] * window)
+        return jnp.sum(y ** 2)
+
     return {
+        "fir": lambda x, k: jnp.sum(jnp.convolve(x, k, mode="same") ** 2),
+        "frames": j_frames, "ola": j_ola,
         "gp": j_gp,
         "rosenbrock": lambda x: jnp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
         "trimmed": lambda x, k: jnp.mean(jnp.sort(x ** 2)[:k]),
@@ -186,7 +218,22 @@ def torch_mirrors(torch):
         x0, x1, f0, f1 = xp[i - 1], xp[i], fp[i - 1], fp[i]
         return torch.sum(f0 + (v - x0) / (x1 - x0) * (f1 - f0))
 
+    def t_fir(x, k):
+        m = k.shape[0]
+        y = F.conv1d(x[None, None], torch.flip(k, (0,))[None, None], padding=m // 2)[0, 0]
+        return torch.sum(y ** 2)
+
+    def t_ola(fr, window):
+        hop, n = 256, fr.shape[1]
+        y = torch.zeros((fr.shape[0] - 1) * hop + n, dtype=fr.dtype)
+        for i in range(fr.shape[0]):
+            y[i * hop:i * hop + n] += fr[i] * window
+        return torch.sum(y ** 2)
+
     return {
+        "fir": t_fir,
+        "frames": lambda x, window: torch.sum((x.unfold(0, 400, 160) * window) ** 2),
+        "ola": t_ola,
         "gp": t_gp,
         "rosenbrock": lambda x: torch.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
         "trimmed": lambda x, k: torch.mean(torch.sort(x ** 2).values[:k]),
@@ -229,6 +276,14 @@ def cases(quick, rng):
     fp = np.sin(xp) + 0.1 * xp
     out.append(("interp", f"n={n:.0e}, 1000 knots", interp,
                 (rng.uniform(0, 10, size=n),), {"xp": xp, "fp": fp}))
+    n = 4000 if quick else 16000
+    out.append(("fir", f"n={n}, 63 taps", fir, (rng.normal(size=n),),
+                {"k": rng.normal(size=63)}))
+    out.append(("frames", f"n={n}, 400/160", frames, (rng.normal(size=n),),
+                {"window": np.hanning(400)}))
+    nf = 60 if quick else 251
+    out.append(("ola", f"{nf} frames of 512", ola, (rng.normal(size=(nf, 512)),),
+                {"window": np.hanning(512)}))
     return out
 
 
