@@ -615,6 +615,7 @@ def extreme_at_jvp(t, out, a, v, idx):
     if a.dtype.kind != "f" or (t[0] is None and t[1] is None):
         return None
     wa, wv = _extreme_weights(out, a, v, idx)
+
     def share(t, w):    # an unselected element's tangent (log(0)'s -inf) adds 0, not nan
         return F.where(F.eq(w, 0), 0.0, F.mul(t, w))
     parts = []

@@ -537,8 +537,9 @@ def _getitem(x, key):
         if isinstance(k, slice):
             for v in (k.start, k.stop, k.step):
                 if isinstance(v, Tracer):
-                    v._concrete("an index or slice bound (x[:k] with a traced k; for a block of "
-                                "fixed length at a traced start, x[i:i + 3] is x[i + np.arange(3)])")
+                    v._concrete("an index or slice bound (x[:k] with a traced k; for a block "
+                                "of fixed length at a traced start, x[i:i + 3] is "
+                                "x[i + np.arange(3)])")
     nreal = builtins.sum(1 for k in key if k is not None)
     if nreal > x.ndim:
         raise ShapeError(f"too many indices ({nreal}) for an array of shape {x.shape}"

@@ -1,6 +1,8 @@
 """Elementwise and selection functions built from the elementary ones: the modulo family
 (remainder, fmod, floor_divide, divmod), sinc, nan_to_num, isclose, select, piecewise, interp,
-meshgrid and np.linalg.multi_dot.
+meshgrid and np.linalg.multi_dot; spacings (linspace, logspace, geomspace), polynomials
+(vander, polyder, polyint, polyfit), np.i0, unwrap, histogram with weights, tensorsolve and
+tensorinv, and np.roll by a traced shift.
 
 Each takes Tracers, NumPy arrays or Python scalars and returns what NumPy would, with NumPy's
 dtypes and sign conventions; the result is ordinary IR, so gradients come from the parts.
@@ -981,7 +983,8 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
                    for v in (start, stop))
     sign = F.stop_gradient(F.sign(start)) if isinstance(start, Tracer) else np.sign(start)
     s, e = F.div(start, sign), F.div(stop, sign)
-    y = logspace(F._elementwise("log10", [s], float_only=True), F._elementwise("log10", [e], float_only=True), num=num, endpoint=endpoint, base=10.0)
+    log10 = lambda v: F._elementwise("log10", [v], float_only=True)   # noqa: E731
+    y = logspace(log10(s), log10(e), num=num, endpoint=endpoint, base=10.0)
     shape = tuple(_shape_of(y))[1:]
     parts = [F.reshape(F.broadcast_to(s, shape), (1,) + shape)] if num > 0 else []
     if num > 1:
@@ -1024,10 +1027,16 @@ def polyint(p, m=1, k=None):
     if m < 0:
         raise ValueError("Order of integral must be positive (see polyder)")
     p = _coefficients(p, "polyint")
-    ks = [0.0] * m if k is None else list(np.atleast_1d(k) if not isinstance(k, Tracer)
-                                           else [k]) if m else []
-    if len(ks) == 1 and m > 1:
-        ks = ks * m
+    k = B.resolve(k)
+    if k is None:
+        ks = [0.0] * m
+    elif isinstance(k, Tracer) and k.ndim == 0:
+        ks = [k] * m
+    else:                   # a scalar, or one constant per integration (traced ones too)
+        ks = [F.getitem(k, i) for i in range(k.shape[0])] if isinstance(k, Tracer) else \
+            list(np.atleast_1d(k))
+        if len(ks) == 1:
+            ks = ks * m
     if len(ks) < m:
         raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
     for i in range(m):
@@ -1053,8 +1062,8 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     if len(_shape_of(x)) != 1 or len(_shape_of(y)) not in (1, 2) or \
             _shape_of(x)[0] != _shape_of(y)[0]:
         raise TypeError("expected 1D vector for x and 1D or 2D y of the same length")
-    if rcond is None:
-        rcond = len(_shape_of(x) and range(_shape_of(x)[0])) * np.finfo(_dtype_of(x)).eps
+    if rcond is None:       # NumPy's default: len(x) * eps
+        rcond = _shape_of(x)[0] * np.finfo(_dtype_of(x)).eps
     lhs = vander(x, order)
     rhs = y
     if w is not None:
@@ -1208,7 +1217,6 @@ def tensorinv(a, ind=2):
     if int(np.prod(shape[:ind])) != prod:
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
     return F.reshape(inv(F.reshape(a, (-1, prod))), invshape)
-
 
 
 def roll(x, shift, axis=None):
