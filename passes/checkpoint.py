@@ -36,6 +36,7 @@ WIDE_PASSENGER_SHARE = 1    # where that leaves fewer than two cut points, as mu
                             # checkpoint itself: a state of two arrays (a leapfrog's x and v)
                             # then crosses as x with v beside it
 MAX_PASSENGERS = 16
+TINY_SHARE = 256            # a candidate smaller than 1/256 of the largest value is no cut
 
 
 # "sqrt" is applied only when it lowers the static peak, or the peak of working memory (the
@@ -222,8 +223,13 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
         desc[n], parents[n] = d, p
     saved = sum(1 << idx[n] for n in a.saved)
     cands, cross = [], {}
+    # a value far smaller than the activations (the 0-d -k of a spring force -k * x, computed
+    # from a data input once) is no useful cut, and as the first candidate it would keep the
+    # rest nested below it and stop the wider search
+    tiny = max((a.storage[n] for n in data), default=0) / TINY_SHARE
     for c in data:
-        if not users[c] or kind(g[c]["op"]) == "view" or a.storage[c] == 0:
+        if not users[c] or kind(g[c]["op"]) == "view" or a.storage[c] == 0 or \
+                a.storage[c] < tiny:
             continue
         after, par = 0, 0
         for u in users[c]:
@@ -233,14 +239,16 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
             continue         # nothing after c for the backward (an auxiliary output's branch)
         x = par & ~after     # values computed without c and read after it
         x &= ~(1 << idx[c])
-        if x.bit_count() > MAX_PASSENGERS:
-            continue
-        extra = 0
+        extra, big, count = 0, 0, 0
         while x:
             low = x & -x
-            extra += a.storage[data[low.bit_length() - 1]]
+            size = a.storage[data[low.bit_length() - 1]]
+            extra += size
+            if size >= tiny:      # tiny passengers (a 0-d -k) neither count nor weigh
+                big += size
+                count += 1
             x ^= low
-        if extra * share > a.storage[c]:
+        if count > MAX_PASSENGERS or big * share > a.storage[c]:
             continue
         if cands and not (desc[cands[-1]] >> idx[c]) & 1:
             continue         # not below the previous candidate: keep the segments nested

@@ -353,3 +353,22 @@ def test_source_shows_each_recomputed_segment_and_why_values_are_kept():
     for n in why:
         assert not prog.graph[n]["where"].role          # saved values are forward values
     assert "kept for the backward, recomputes" in str(prog.memory)
+
+
+def test_a_tiny_value_read_by_every_step_does_not_block_the_cuts():
+    """A spring force written -k * x with k a data argument: the 0-d -k is read by every step
+    (sweep 20). It is no cut itself, and as a passenger it must not tip the share test."""
+    rng = np.random.default_rng(14)
+    x, v, k = rng.normal(size=3000), rng.normal(size=3000), np.array(0.7)
+
+    def leap(x, v, k):
+        for _ in range(64):
+            v = v + 0.05 * (-k * x - 0.1 * x ** 3)
+            x = x + 0.05 * v
+        return np.sum(x ** 2) + np.sum(v ** 2)
+    plain = adjit.grad(leap, argnums=(0, 1), backend="numpy", fuse=False)
+    cut = adjit.grad(leap, argnums=(0, 1), backend="numpy", checkpoint="sqrt", fuse=False)
+    for a, b in zip(plain(x, v, k), cut(x, v, k)):
+        np.testing.assert_array_equal(a, b)
+    assert adjit.measure_peak_memory(cut, x, v, k) < 0.5 * adjit.measure_peak_memory(
+        plain, x, v, k)
