@@ -947,6 +947,8 @@ def vander(x, N=None, increasing=False):
         raise ValueError("x must be a one-dimensional array or sequence.")
     n = len(F._shape_of(x)) and F._shape_of(x)[0]
     N = n if N is None else int(N)
+    dt = np.promote_types(_dtype_of(x), int)    # as NumPy: float32 columns come out float64
+    x = F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt)
     col = F.reshape(x, (-1, 1))
     cols = [F.ones_like(col)] if N else []
     for _ in range(1, N):
@@ -965,9 +967,9 @@ def _arg(v):
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
     """np.logspace with traced ends or base: base ** linspace(start, stop)."""
-    base = _arg(base)
+    base = base if isinstance(base, (int, float)) else _arg(base)    # a Python number weak
     y = linspace(_arg(start), _arg(stop), num=num, endpoint=endpoint, axis=axis)
-    if _shape_of(base):    # an array of bases broadcasts against the ends, as in NumPy
+    if np.ndim(base) if not isinstance(base, Tracer) else base.ndim:   # bases broadcast
         base = F.expand_dims(base, axis) if isinstance(base, Tracer) else \
             np.expand_dims(base, axis)
     r = F.power(base, y)
@@ -1004,8 +1006,6 @@ def _coefficients(p, what):
         raise UnsupportedError(f"np.{what} of coefficients of shape {tuple(_shape_of(p))}"
                                f"{_at(user_where())}: adjit takes a 1-d array (np.poly1d "
                                "objects are not traced)")
-    if _dtype_of(p).kind not in "fc":
-        p = F.cast(p, np.float64) if isinstance(p, Tracer) else p.astype(np.float64)
     return p
 
 
@@ -1018,7 +1018,7 @@ def polyder(p, m=1):
         n = _shape_of(p)[0] - 1
         if n <= 0:
             return F.mul(F.getitem(p, slice(0, 1)), 0.0) if n == 0 else p
-        p = F.mul(F.getitem(p, slice(0, n)), np.arange(n, 0, -1, dtype=_dtype_of(p)))
+        p = F.mul(F.getitem(p, slice(0, n)), np.arange(n, 0, -1))    # int: float32 -> 64
     return p
 
 
@@ -1040,11 +1040,11 @@ def polyint(p, m=1, k=None):
     if len(ks) < m:
         raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
     for i in range(m):
-        n = _shape_of(p)[0]
+        p = F.div(p, np.arange(_shape_of(p)[0], 0, -1))    # an int array: float64, as NumPy
         c = ks[i]
         c = F.reshape(F.cast(c, _dtype_of(p)), (1,)) if isinstance(c, Tracer) else \
             np.asarray([c], _dtype_of(p))
-        p = F.concatenate([F.div(p, np.arange(n, 0, -1, dtype=_dtype_of(p))), c], 0)
+        p = F.concatenate([p, c], 0)
     return p
 
 
@@ -1090,7 +1090,9 @@ def i0(x):
     x = _arg(x)
     if _dtype_of(x).kind not in "f":
         x = F.cast(x, np.float64) if isinstance(x, Tracer) else x.astype(np.float64)
-    a = F.abs(x)
+    # |x| as a select, not abs (whose derivative is 0 at 0): i0 is even, and its second
+    # derivative at 0 is then the series' 1/2, not 0
+    a = F.where(F.ge(x, 0), x, F.neg(x))
     small = F.le(a, 8.0)
     inner = F.mul(F.exp(a), _chbevl(F.sub(F.div(a, 2.0), 2.0), impl._i0A))
     far = F.where(small, 16.0, a)      # the branch not taken sees a harmless argument

@@ -949,10 +949,13 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return _ufunc_at_rounds(ufunc, *inputs)
     if (method == "__call__" and not kwargs and ufunc.__name__ in _SCIPY_SPECIAL
             and getattr(np, ufunc.__name__, None) is not ufunc):
-        # SciPy's loops are float32 and float64: integers and booleans take float64
-        return _SCIPY_SPECIAL[ufunc.__name__](*[
-            F.cast(x, np.float64) if isinstance(x, Tracer) and x.dtype.kind in "biu" else x
-            for x in inputs])
+        # the dtype SciPy's own loop search gives these dtypes (its first loop the inputs
+        # cast to: beta(x32, 2.0) is float64, huber(1.0, x32) float32); computed in it
+        want = _scipy_result_dtype(ufunc, inputs)
+        r = _SCIPY_SPECIAL[ufunc.__name__](*[
+            F.cast(x, want) if isinstance(x, Tracer) and x.dtype != want and not F._is_weak(x)
+            else x for x in inputs])
+        return F.cast(r, want) if isinstance(r, Tracer) and r.dtype != want else r
     if getattr(np, ufunc.__name__, None) is not ufunc:
         _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
                            "another library)")
@@ -1290,7 +1293,7 @@ def _huber(delta, r):
 def _pseudo_huber(delta, r):
     """scipy.special.pseudo_huber: delta**2 (sqrt(1 + (r / delta)**2) - 1) as SciPy writes it,
     expm1(log1p(v * v) / 2); 0 where delta or r is 0, inf for delta < 0."""
-    zero = C.logical_or(F.eq(delta, 0), F.eq(r, 0))
+    zero = F.eq(delta, 0)       # (r == 0 gives 0 by the formula, with its derivatives)
     d = F.where(zero, 1.0, delta)
     v = F.div(r, d)
     val = F.mul(F.mul(d, d), F.expm1(F.mul(F.log1p(F.mul(v, v)), 0.5)))
@@ -1344,6 +1347,9 @@ def _horner(x, coefs):
     return r
 
 
+_INVERSE_ORDERS = 3     # derivatives of ndtri and erfinv exact up to this order
+
+
 def _ndtri_lower(q):
     """x with ndtr(x) = q for 0 < q <= 1/2: Acklam's rational approximation (1e-9), one
     Halley step on 0.5 erfc(-x / sqrt 2) - q (full precision), then one Newton step that
@@ -1370,7 +1376,10 @@ def _ndtri_lower(q):
         return F.mul(F.exp(F.mul(F.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
     h = F.div(residual(x0), pdf(x0))
     x = F.stop_gradient(F.sub(x0, F.div(h, F.add(F.mul(F.mul(x0, h), 0.5), 1.0))))
-    x = F.sub(x, F.div(residual(x), pdf(x)))
+    # Newton steps that carry derivatives: at the root each leaves the value as it is, and k
+    # of them give the first k derivatives of the inverse (1 / pdf, then -pdf' / pdf**3, ...)
+    for _ in range(_INVERSE_ORDERS):
+        x = F.sub(x, F.div(residual(x), pdf(x)))
     # below 1e-305 the density nears underflow: the approximation (1e-9) as it is, its
     # derivative taken as 0
     return F.where(F.lt(q, 1e-305), F.add(x0, F.mul(q, 0.0)), x)
@@ -1404,7 +1413,8 @@ def _erfinv(y):
     slope = 2.0 / math.sqrt(math.pi)
     x = F.stop_gradient(F.sub(x, F.div(F.sub(F.erf(x), ys),
                                        F.mul(F.exp(F.neg(F.mul(x, x))), slope))))
-    x = F.sub(x, F.div(F.sub(F.erf(x), ys), F.mul(F.exp(F.neg(F.mul(x, x))), slope)))
+    for _ in range(_INVERSE_ORDERS):     # derivatives of every order up to that (ndtri's)
+        x = F.sub(x, F.div(F.sub(F.erf(x), ys), F.mul(F.exp(F.neg(F.mul(x, x))), slope)))
     r = F.where(big, tail, x)
     a = F.abs(y)
     return F.where(F.lt(a, 1.0), r, F.where(F.eq(a, 1.0), F.mul(F.sign(y), np.inf), np.nan))
@@ -1436,6 +1446,20 @@ _SCIPY_SPECIAL = {
     "huber": _huber, "pseudo_huber": _pseudo_huber, "i0": N.i0, "i0e": _i0e,
     "ndtri": _in_float64(_ndtri), "erfinv": _in_float64(_erfinv),
 }
+
+
+def _scipy_result_dtype(ufunc, inputs):
+    """The result dtype of a scipy.special ufunc for these inputs' dtypes (Python numbers
+    weak), from the ufunc itself on one-element arrays."""
+    dummies = [x if _weak_number(x) else
+               (1.0 if F._is_weak(x) and x.dtype.kind == "f" else
+                np.ones(1, F._dtype_of(x) if isinstance(x, Tracer) else np.asarray(x).dtype))
+               for x in (B.resolve(v) for v in inputs)]
+    with np.errstate(all="ignore"):
+        r = ufunc(*dummies)
+    r = r[0] if isinstance(r, tuple) else r
+    dt = np.asarray(r).dtype
+    return dt if dt.kind == "f" else np.dtype(np.float64)
 
 
 def _unsupported_other(what):
@@ -1682,8 +1706,7 @@ def _install():
     T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
     T.imag = property(lambda s: F.zeros_like(s))
     T.flat = property(_flat)
-    T.view = lambda s, *args, **kw: s if not args and not kw else _unsupported(
-        "ndarray.view with a dtype (reinterpreting the bytes)")
+    T.view = _view
     T.nonzero = lambda s: _unsupported("ndarray.nonzero (its size depends on the data; use "
                                        "adjit.where)")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
@@ -1720,6 +1743,17 @@ def _python_op(fn, x, y):
             if isinstance(t, Tracer) and t.shape == ():
                 t.ctx.weak.add(t.id)
     return r
+
+
+def _view(s, *args, **kw):
+    """x.view() is x; a view as another dtype reinterprets bytes (refused), and a view as an
+    np.ma.MaskedArray or np.matrix is how those classes take a traced operand (MA + x)."""
+    if not args and not kw:
+        return s
+    cls = kw.get("type", args[0] if args else None)
+    if isinstance(cls, type) and issubclass(cls, (np.ma.MaskedArray, np.matrix)):
+        F._refuse_special_array(cls.__new__(cls) if cls is np.matrix else np.ma.masked_array(0))
+    _unsupported("ndarray.view with a dtype (reinterpreting the bytes)")
 
 
 def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):

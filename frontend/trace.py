@@ -212,6 +212,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
                     "in a list and np.stack them") from e
             _name_the_library(e)
             _name_the_unbound_method(e)
+            _name_the_prebound_numpy(e)
             raise
         _warn_mutated(before, fn)
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
@@ -333,6 +334,26 @@ def _name_the_unbound_method(e):
         f"{f' or np.{name}(x)' if hasattr(np, name) else ''} instead") from e
 
 
+# NumPy functions without __array_function__ dispatch that adjit wraps on the np module while
+# tracing: bound before (from numpy import kaiser) they run NumPy's own code on tracers
+_WRAPPED_NUMPY = ("kaiser",)
+
+
+def _name_the_prebound_numpy(e):
+    if not isinstance(e, TraceError):
+        return
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in _WRAPPED_NUMPY and os.sep + "numpy" + os.sep in code.co_filename:
+            raise TraceError(
+                f"np.{code.co_name} ran NumPy's own code on a traced array"
+                f"{_at(user_where(tb.tb_frame.f_back))}: adjit follows it when called as "
+                f"np.{code.co_name}(...) inside the function, not when bound before tracing "
+                f"(from numpy import {code.co_name})") from e
+        tb = tb.tb_next
+
+
 def _name_the_library(e):
     """An error raised inside SciPy's code on traced arrays names the SciPy function the user
     called (scipy.linalg.solve_triangular, scipy.stats.norm.logpdf) and what adjit traces.
@@ -382,6 +403,13 @@ def _name_the_library(e):
     elif public.startswith("scipy.spatial"):
         instead = ("pairwise distances written with broadcasting: np.sqrt(np.sum((X[:, None] "
                    "- Y[None]) ** 2, -1)), or from X @ Y.T and the squared norms")
+    elif public.startswith("scipy.stats") and named.f_code.co_name in (
+            "pdf", "logpdf", "cdf", "logcdf", "sf", "logsf") and getattr(
+                named.f_locals.get("self"), "name", None) == "norm":
+        instead = (f"call it as scipy.stats.norm.{named.f_code.co_name}(...) inside the "
+                   "function: adjit follows norm's methods then, not a method bound before "
+                   f"tracing ({named.f_code.co_name} = norm.{named.f_code.co_name}) or another "
+                   "distribution's")
     elif public.startswith("scipy.stats"):
         instead = ("scipy.stats.norm's pdf, logpdf, cdf, logcdf, sf and logsf and "
                    "scipy.special.ndtr, which adjit traces, or the density written out")

@@ -558,3 +558,42 @@ def test_explicit_casting_and_missing_loops_follow_numpy():
               lambda x: np.std(x, axis=0, out=np.zeros(3, int))):
         with pytest.raises(TypeError):
             adjit.compile(f)(x)
+
+
+def test_inverse_functions_have_higher_derivatives_and_pseudo_huber_its_curvature_at_0():
+    from adjit.frontend.numpy_api import _SCIPY_SPECIAL
+    ndtri, erfinv, pseudo_huber = (_SCIPY_SPECIAL[k] for k in ("ndtri", "erfinv",
+                                                                "pseudo_huber"))
+    p = np.array([0.1, 0.3, 0.9])
+    x = adjit.compile(lambda p: ndtri(p))(p)
+    pdf = np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(adjit.hessian(lambda p: np.sum(ndtri(p)))(p).diagonal(),
+                               x / pdf ** 2, rtol=1e-9)
+    y = adjit.compile(lambda p: erfinv(p))(p)
+    slope = 2 / np.sqrt(np.pi) * np.exp(-y * y)
+    np.testing.assert_allclose(adjit.hessian(lambda p: np.sum(erfinv(p)))(p).diagonal(),
+                               2 * y / slope ** 2, rtol=1e-9)
+    np.testing.assert_allclose(adjit.hessian(lambda r: np.sum(pseudo_huber(1.0, r)))(
+        np.array([0.0, 0.5])).diagonal(), [1.0, 1.25 ** -1.5], rtol=1e-12)
+    np.testing.assert_allclose(adjit.hessian(lambda x: np.sum(np.i0(x)))(
+        np.array([0.0, 1e-9])).diagonal(), [0.5, 0.5], rtol=1e-9)
+
+
+def test_dtypes_of_the_new_functions_follow_numpy():
+    x32 = np.array([0.5, 1.5], np.float32)
+    for f, want in [(lambda a: np.logspace(a[0], a[1], 5), np.float32),
+                    (lambda p: np.polyder(p), np.float64), (lambda p: np.polyint(p), np.float64),
+                    (lambda y: np.polyfit(np.arange(2, dtype=np.float32), y, 1), np.float64),
+                    (lambda x: np.vander(x, 3), np.float64)]:
+        assert adjit.compile(f)(x32).dtype == want
+    np.testing.assert_array_equal(adjit.compile(lambda p: np.polyder(p))(np.array([1, 2, 3])),
+                                  [2, 2])
+
+
+def test_masked_array_on_the_left_and_prebound_functions_name_the_fix():
+    ma = np.ma.masked_array(np.arange(3.0), mask=[0, 1, 0])
+    with pytest.raises(adjit.UnsupportedError, match="masked array"):
+        adjit.compile(lambda x: ma + x)(np.ones(3))
+    from numpy import kaiser
+    with pytest.raises(adjit.TraceError, match=r"np.kaiser\(...\) inside the function"):
+        adjit.grad(lambda b: np.sum(kaiser(4, b)))(2.0)
