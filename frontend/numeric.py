@@ -1178,8 +1178,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     idx = np.searchsorted(edges, flat[keep], side="right") - 1
     idx[idx == len(edges) - 1] -= 1        # the last bin includes its right edge
     wv = F.getitem(F.ravel(w), np.nonzero(keep)[0])
-    if _dtype_of(w).kind not in "fc":
-        wv = F.cast(wv, np.float64)
+    if _dtype_of(w).kind == "b":    # NumPy sums weights in their own dtype (ints stay ints)
+        wv = F.cast(wv, np.int64)
     hist = F.scatter_add(wv, [idx.astype(np.intp)], (("a", 0),), (len(edges) - 1,))
     if density:
         hist = F.div(hist, F.mul(F.sum(hist), np.diff(edges)))

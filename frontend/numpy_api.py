@@ -889,7 +889,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         if isinstance(target, B.Buffer) and method in ("__call__", "reduce", "accumulate",
-                                                       "outer"):
+                                                       "outer", "reduceat"):
             r = array_ufunc(ufunc, method, inputs, dict(kwargs, casting=casting))
             _check_cast(r, target, casting, f"np.{ufunc.__name__}(..., out=x)")
             target[...] = r
@@ -899,7 +899,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 f"np.{ufunc.__name__}(..., out=a) would write traced values into the NumPy "
                 f"array a{_at(user_where())} (also what a += traced does when a is a NumPy "
                 "array); write a = a + ... instead, or create a inside the function")
-        if method not in ("__call__", "reduce", "accumulate", "outer"):
+        if method not in ("__call__", "reduce", "accumulate", "outer", "reduceat"):
             _unsupported(f"{ufunc.__name__}.{method} with out=")
         # np.minimum.accumulate(u, out=u): computed whole (NumPy's buffering gives the same
         # result for these), then stored
@@ -1039,6 +1039,20 @@ def _reduceat(ufunc, x, indices, axis=0, dtype=None):
         out = F.reshape(F.scatter_add(gathered, [flat], (("a", 0),), (len(idx) * r,)),
                         (len(idx),) + rest)
         return C.moveaxis(out, 0, ax)
+    if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
+        # a segment extreme: each segment's first element, then NumPy's own ufunc.at of the
+        # rest (registry op extreme_at; ties split as np.maximum.at's)
+        moved = C.moveaxis(x, ax, 0)
+        rest = tuple(F._shape_of(moved))[1:]
+        r = int(np.prod(rest))
+        first = F.reshape(F.getitem(moved, idx.astype(np.intp)), (-1,))
+        tail = np.ones(pos.size, bool)
+        tail[np.r_[0, np.cumsum(ends - idx)[:-1]]] = False
+        vals = F.reshape(F.getitem(moved, pos[tail]), (-1,))
+        flat = (seg[tail][:, None] * r + np.arange(r)[None, :]).reshape(-1).astype(np.intp)
+        out = _extreme_at(ufunc.__name__, first, flat, F.cast(vals, first.dtype)) if \
+            flat.size else first
+        return C.moveaxis(F.reshape(out, (len(idx),) + rest), 0, ax)
     if len(idx) > _AT_ROUNDS * 4:
         _unsupported(f"{ufunc.__name__}.reduceat of more than {_AT_ROUNDS * 4} segments")
     sl = [slice(None)] * nd
@@ -1347,7 +1361,7 @@ def _horner(x, coefs):
     return r
 
 
-_INVERSE_ORDERS = 3     # derivatives of ndtri and erfinv exact up to this order
+_INVERSE_ORDERS = 2     # derivatives of ndtri and erfinv exact up to this order
 
 
 def _ndtri_lower(q):
@@ -1398,26 +1412,24 @@ def _ndtri(p):
 
 
 def _erfinv(y):
-    """scipy.special.erfinv: through ndtri's lower tail where |y| > 1/2 (1 - |y| is exact
-    there); within, two Newton steps on erf from ndtri((y + 1) / 2) / sqrt 2, so tiny y keep
-    their digits. +-inf at +-1, nan beyond."""
-    big = F.gt(F.abs(y), 0.5)
-    ab = F.where(big, F.abs(y), 0.75)
-    tail = F.mul(_ndtri_lower(F.mul(F.sub(1.0, ab), 0.5)), -_SQRT_HALF)   # > 0
-    tail = F.mul(tail, F.sign(y))
-    ys = F.where(big, 0.0, y)
-    x = F.stop_gradient(F.mul(_ndtri_lower(F.minimum(F.mul(F.add(ys, 1.0), 0.5), 0.5)),
-                              _SQRT_HALF))
-    x = F.where(F.gt(ys, 0), F.neg(F.stop_gradient(F.mul(_ndtri_lower(
-        F.mul(F.sub(1.0, ys), 0.5)), _SQRT_HALF))), x)
-    slope = 2.0 / math.sqrt(math.pi)
-    x = F.stop_gradient(F.sub(x, F.div(F.sub(F.erf(x), ys),
-                                       F.mul(F.exp(F.neg(F.mul(x, x))), slope))))
-    for _ in range(_INVERSE_ORDERS):     # derivatives of every order up to that (ndtri's)
-        x = F.sub(x, F.div(F.sub(F.erf(x), ys), F.mul(F.exp(F.neg(F.mul(x, x))), slope)))
-    r = F.where(big, tail, x)
+    """scipy.special.erfinv: -ndtri((1 - |y|) / 2) / sqrt 2 with y's sign, one ndtri for
+    all (1 - |y| is exact for |y| >= 1/2, where that is the result); within, Newton steps on
+    erf from it, so tiny y keep their digits. +-inf at +-1, nan beyond."""
     a = F.abs(y)
-    return F.where(F.lt(a, 1.0), r, F.where(F.eq(a, 1.0), F.mul(F.sign(y), np.inf), np.nan))
+    big, inside = F.gt(a, 0.5), F.lt(a, 1.0)
+    q = F.mul(F.sub(1.0, F.where(inside, a, 0.5)), 0.5)
+    t = F.mul(F.mul(_ndtri_lower(q), -_SQRT_HALF), F.sign(y))
+    ys = F.where(big, 0.0, y)
+    x = F.stop_gradient(F.where(big, 0.0, t))
+    slope = 2.0 / math.sqrt(math.pi)
+
+    def newton(x):
+        return F.sub(x, F.div(F.sub(F.erf(x), ys), F.mul(F.exp(F.neg(F.mul(x, x))), slope)))
+    x = F.stop_gradient(newton(x))
+    for _ in range(_INVERSE_ORDERS):     # derivatives up to that order, as ndtri's
+        x = newton(x)
+    r = F.where(big, t, x)
+    return F.where(inside, r, F.where(F.eq(a, 1.0), F.mul(F.sign(y), np.inf), np.nan))
 
 
 def _i0e(x):

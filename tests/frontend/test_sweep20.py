@@ -597,3 +597,27 @@ def test_masked_array_on_the_left_and_prebound_functions_name_the_fix():
     from numpy import kaiser
     with pytest.raises(adjit.TraceError, match=r"np.kaiser\(...\) inside the function"):
         adjit.grad(lambda b: np.sum(kaiser(4, b)))(2.0)
+
+
+def test_reduceat_of_extremes_takes_any_number_of_segments_and_out():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=20000)
+    idx = np.arange(0, 20000, 20)
+    for fn in (np.maximum, np.minimum, np.fmax, np.fmin):
+        f = lambda x: np.sum(fn.reduceat(x, idx) ** 2)  # noqa: E731
+        np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-12)
+    y = np.cos(np.arange(35.0)).reshape(5, 7)
+    y[1, 3] = np.nan
+    for fn in (np.maximum, np.fmin):
+        for ii, ax in (([0, 2, 2, 5, 1], 1), ([0, 3, 1], 0)):
+            np.testing.assert_array_equal(adjit.compile(lambda y: fn.reduceat(y, ii, axis=ax))(y),
+                                          fn.reduceat(y, ii, axis=ax))
+
+    def h(x):
+        u, v = np.zeros(3), np.zeros(3)
+        np.add.reduceat(x, [0, 2, 5], out=u)
+        np.maximum.reduceat(x, [0, 2, 5], out=v)
+        return np.sum(u * v)
+    z = np.arange(8.0) - 2.9
+    np.testing.assert_allclose(adjit.compile(h)(z), h(z), rtol=1e-12)
+    assert adjit.gradcheck(h, z) < 1e-6
