@@ -1291,8 +1291,17 @@ def _beta(a, b):
 
 
 def _kl_div(x, y):
-    """x log(x / y) - x + y (scipy.special.kl_div): y where x == 0 and y >= 0, inf elsewhere."""
-    return F.add(F.sub(_rel_entr(x, y), x), y)
+    """x log(x / y) - x + y (scipy.special.kl_div): y where x == 0 and y >= 0, inf elsewhere
+    (also for y = -inf), nan where either is nan."""
+    dt = F.result_dtype(x, y, 1.0)
+    x, y = F.cast(x, dt) if isinstance(x, Tracer) else np.asarray(x, dt), \
+        F.cast(y, dt) if isinstance(y, Tracer) else np.asarray(y, dt)
+    ok = C.logical_and(F.gt(x, 0), F.gt(y, 0))
+    sx, sy = F.where(ok, x, 1.0), F.where(ok, y, 1.0)
+    inside = F.add(F.sub(F.mul(sx, F.log(F.div(sx, sy))), sx), sy)
+    zero = C.logical_and(F.eq(x, 0), F.ge(y, 0))
+    nan = C.logical_or(C.isnan(x), C.isnan(y))
+    return F.where(ok, inside, F.where(zero, y, F.where(nan, np.nan, np.inf)))
 
 
 def _huber(delta, r):
@@ -1305,13 +1314,14 @@ def _huber(delta, r):
 
 
 def _pseudo_huber(delta, r):
-    """scipy.special.pseudo_huber: delta**2 (sqrt(1 + (r / delta)**2) - 1) as SciPy writes it,
-    expm1(log1p(v * v) / 2); 0 where delta or r is 0, inf for delta < 0."""
-    zero = F.eq(delta, 0)       # (r == 0 gives 0 by the formula, with its derivatives)
+    """scipy.special.pseudo_huber: delta**2 (sqrt(1 + (r / delta)**2) - 1), written
+    r**2 / (hypot(1, r / delta) + 1): no cancellation at small r, no overflow of delta**2;
+    0 where delta is 0, inf for delta < 0."""
+    zero = F.eq(delta, 0)
     d = F.where(zero, 1.0, delta)
     v = F.div(r, d)
-    val = F.mul(F.mul(d, d), F.expm1(F.mul(F.log1p(F.mul(v, v)), 0.5)))
-    return F.where(F.lt(delta, 0), np.inf, F.where(zero, F.mul(val, 0.0), val))
+    val = F.div(F.mul(r, r), F.add(C.hypot(1.0, v), 1.0))
+    return F.where(F.lt(delta, 0), np.inf, F.where(zero, 0.0, val))
 
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
