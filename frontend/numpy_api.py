@@ -2012,6 +2012,8 @@ def constructors_accept_tracers():
             np.nditer = _nditer(np.nditer)
             _originals["kaiser"] = np.kaiser      # no __array_function__ dispatch either
             np.kaiser = _kaiser(np.kaiser)
+            _originals["fromiter"] = np.fromiter
+            np.fromiter = _fromiter(np.fromiter)
             st = np.lib.stride_tricks
             _originals["as_strided"] = st.as_strided
             st.as_strided = _as_strided(st.as_strided)
@@ -2058,6 +2060,7 @@ def constructors_accept_tracers():
                 np.require = _originals.pop("require")
                 np.nditer = _originals.pop("nditer")
                 np.kaiser = _originals.pop("kaiser")
+                np.fromiter = _originals.pop("fromiter")
                 np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
@@ -2067,6 +2070,22 @@ def constructors_accept_tracers():
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
     return restore
+
+
+def _fromiter(orig):
+    """np.fromiter of an iterable yielding traced values: their stack, in dtype."""
+    @functools.wraps(orig)
+    def fromiter(iterable, dtype, count=-1, **kw):
+        items = list(iterable) if count < 0 else [v for _, v in zip(range(count), iterable)]
+        if not any(_holds_tracer(v) for v in items):
+            return orig(items, dtype, count=len(items), **kw)
+        if count >= 0 and len(items) < count:
+            raise ValueError(f"iterator too short: Expected {count} but iterator had only "
+                             f"{len(items)} items.")
+        dt = np.dtype(dtype)
+        return F.stack([F.cast(B.resolve(v), dt) if isinstance(B.resolve(v), Tracer) else
+                        np.asarray(v, dt) for v in items], 0)
+    return fromiter
 
 
 def _kaiser(orig):
@@ -2168,6 +2187,8 @@ def _writable(s):
 def _setitem(s, k, v):
     """x[k] = v: x (and its views, and the array it views) now hold the new values."""
     _writable(s)
+    if type(k) is list and _holds_tracer(k):     # Y[[i, j]] = ... with traced i, j
+        k = _from_nested(k, _originals.get("asarray", np.asarray))
     mask = F.traced_mask(s, k)
     if mask is not None:
         # x[x > t] = v: a select when v is one value (more values would need the count),

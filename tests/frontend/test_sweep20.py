@@ -623,3 +623,18 @@ def test_reduceat_of_extremes_takes_any_number_of_segments_and_out():
     z = np.arange(8.0) - 2.9
     np.testing.assert_allclose(adjit.compile(h)(z), h(z), rtol=1e-12)
     assert adjit.gradcheck(h, z) < 1e-6
+
+
+def test_fromiter_of_traced_values_and_a_list_key_of_traced_positions():
+    f = lambda x: np.sum(np.fromiter((v ** 2 for v in x), dtype=float) * np.arange(3))  # noqa
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-12)
+    assert adjit.gradcheck(f, x) < 1e-6
+
+    def swap(x):        # rows at argmax and argmin may be the same row: refused as such
+        Y = x.reshape(3, 2) * 1.0
+        i, j = np.argmax(x[:3]), np.argmin(x[:3])
+        Y[[i, j]] = Y[[j, i]]
+        return np.sum(Y)
+    with pytest.raises(adjit.UnsupportedError, match="may repeat"):
+        adjit.compile(swap)(np.arange(6.0))
