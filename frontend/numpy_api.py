@@ -1847,6 +1847,10 @@ def _accepting(orig):
         dtype = kwargs.get("dtype", args[0] if args else None)
         out = _from_nested(obj, orig)
         out = F.cast(out, dtype) if dtype is not None else out
+        ndmin = kwargs.get("ndmin", args[4] if len(args) > 4 else 0)
+        if orig.__name__ == "array" and ndmin and out.ndim < ndmin:
+            # np.array(x, ndmin=2): leading axes of length 1 (a row vector), a new array
+            out = F.reshape(out.copy_(), (1,) * (ndmin - out.ndim) + tuple(out.shape))
         if out is B.resolve(obj) and (
                 (orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))) or
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(

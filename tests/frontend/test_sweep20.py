@@ -638,3 +638,22 @@ def test_fromiter_of_traced_values_and_a_list_key_of_traced_positions():
         return np.sum(Y)
     with pytest.raises(adjit.UnsupportedError, match="may repeat"):
         adjit.compile(swap)(np.arange(6.0))
+
+
+def test_np_array_ndmin_of_traced_values():
+    x = np.array([1.0, 2.0, 3.0])
+    for f in (lambda x: np.sum(np.array(x, ndmin=2).T * x),
+              lambda x: np.array(x, ndmin=2) * 1.0,
+              lambda x: np.array([x[0], x[1]], ndmin=3) * 1.0,
+              lambda x: np.array(x, dtype=np.float32, ndmin=2)):
+        got, want = adjit.compile(f)(x), f(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want)
+    np.testing.assert_array_equal(adjit.grad(lambda x: np.sum(np.array(x, ndmin=2).T * x))(x),
+                                  [12.0, 12.0, 12.0])
+
+    def write(x):           # a new array: writing into it leaves x as it was
+        y = np.array(x, ndmin=2)
+        y[0, 0] = 5.0
+        return np.sum(x) + np.sum(y)
+    np.testing.assert_allclose(adjit.compile(write)(x), write(x))
