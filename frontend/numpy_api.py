@@ -1938,11 +1938,15 @@ _RANDOM = ("rand", "randn", "random", "random_sample", "uniform", "normal", "cho
 def _warning_random(orig, name):
     @functools.wraps(orig)
     def fn(*args, **kwargs):
-        if any(isinstance(B.resolve(a), Tracer) for a in (*args, *kwargs.values())):
+        if any(_holds_tracer(a) for a in (*args, *kwargs.values())):
+            hint = ("; to sample from traced probabilities p, pass uniform noise u in and take "
+                    "np.argmax(np.log(p) - np.log(-np.log(u))) (Gumbel-max), or "
+                    "np.searchsorted(np.cumsum(p), u) (inverse CDF)"
+                    if name == "choice" else "")
             raise TraceError(f"np.random.{name} of a traced value{_at(user_where())}: adjit "
-                             "draws random numbers only while tracing, so a seed or a size "
-                             "that is traced cannot be used. Draw the noise outside the "
-                             "function and pass it in as an argument")
+                             "draws random numbers only while tracing, so traced parameters "
+                             "(probabilities, means, a seed, a size) cannot be used. Draw the "
+                             f"noise outside the function and pass it in as an argument{hint}")
         warnings.warn(f"np.random.{name} inside a traced function{_at(user_where())} draws "
                       "once, while adjit traces: every call of the compiled function reuses "
                       "those numbers (as in JAX). Pass random numbers (a dropout mask, noise) "

@@ -214,7 +214,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             _name_the_unbound_method(e)
             _name_the_prebound_numpy(e)
             raise
-        _warn_mutated(before, fn)
+        _warn_mutated(before, fn, out)
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs, weak_out = [], []
         from .functions import _is_weak
@@ -275,22 +275,29 @@ def _containers(args, names):
     return found
 
 
-def _warn_mutated(before, fn):
+def _warn_mutated(before, fn, out=None):
     """A dict or list argument changed by the traced function (bn_param['running_mean'] =
-    ..., params[k] = new_w): NumPy would have changed the caller's container; a compiled
-    function cannot, so say so rather than drop the change silently."""
+    ..., params[k] = new_w) and not returned: NumPy would have changed the caller's
+    container; a compiled function cannot, so say so rather than drop the change silently.
+    One that is returned (for k in p: p[k] = ...; return p) reaches the caller that way."""
     import warnings
+    returned = {id(t) for _, t, _ in _containers([out], ["out"])}
+    changed = []
     for path, t, snap in before:
         now = {k: id(v) for k, v in t.items()} if isinstance(t, dict) else [id(v) for v in t]
-        if now != snap:
-            w = user_where()
-            warnings.warn_explicit(
-                f"{getattr(fn, '__name__', 'the function')} changed its argument {path} (a "
-                f"{type(t).__name__}) while being traced; the caller's {type(t).__name__} is "
-                "not updated by a compiled function (as in JAX). Return the new values (for "
-                "running statistics or optimizer state) and assign them outside.",
-                AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
-            return
+        if now != snap and id(t) not in returned:
+            changed.append((path, t))
+    if changed:
+        w = user_where()
+        kinds = sorted({type(t).__name__ for _, t in changed})
+        warnings.warn_explicit(
+            f"{getattr(fn, '__name__', 'the function')} changed its argument"
+            f"{'s' if len(changed) > 1 else ''} {', '.join(p for p, _ in changed[:4])} (a "
+            f"{' and a '.join(kinds)}) while being traced without returning "
+            f"{'them' if len(changed) > 1 else 'it'}; the caller's {' and '.join(kinds)} is "
+            "not updated by a compiled function (as in JAX). Return the new values (for "
+            "running statistics or optimizer state) and assign them outside.",
+            AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
 
 
 def _warn_written(arg_tracers, outs, fn):

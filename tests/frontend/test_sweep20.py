@@ -657,3 +657,29 @@ def test_np_array_ndmin_of_traced_values():
         y[0, 0] = 5.0
         return np.sum(x) + np.sum(y)
     np.testing.assert_allclose(adjit.compile(write)(x), write(x))
+
+
+def test_a_returned_dict_changed_in_place_does_not_warn():
+    import warnings
+
+    def step(p, g):
+        for k in p:
+            p[k] = p[k] - 0.1 * g[k]
+        return p
+    p, g = {"w": np.ones(3), "b": np.zeros(2)}, {"w": np.ones(3), "b": np.ones(2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", adjit.AdjitWarning)
+        np.testing.assert_allclose(adjit.compile(step)(p, g)["w"], 0.9)
+
+    def lost(p, m):
+        for k in p:
+            m[k] = p[k] * 2
+        return p
+    with pytest.warns(adjit.AdjitWarning, match="argument m .*without returning it"):
+        adjit.compile(lost)(p, dict(p))
+
+
+def test_random_choice_of_traced_probabilities_suggests_gumbel_max():
+    f = lambda z: np.random.choice(3, p=np.exp(z) / np.sum(np.exp(z))) * 1.0 + z[0]  # noqa
+    with pytest.raises(adjit.TraceError, match="Gumbel-max"):
+        adjit.grad(f)(np.zeros(3))
