@@ -277,8 +277,18 @@ class Tracer:
         if self.base is not None:
             self.base.assign_at(self.positions(), value)
             return
+        value = self._own(value)
         self._pending, self._id = None, value.id
         self.ver += 1
+
+    def _own(self, value: "Tracer") -> "Tracer":
+        """value as a tracer of this array's trace: a closed-over value of an enclosing trace
+        written into an array made in this one (h[:, 0] = x in a grad of a closure over x) is
+        captured as an input here, as any op on it would be; its node id is the other
+        trace's."""
+        if value.ctx is self.ctx:
+            return value
+        return self.ctx.capture(value)
 
     def assign_at(self, pos: np.ndarray, value: "Tracer"):
         """Write `value` (shape pos.shape, this array's dtype) at the flat positions `pos` of
@@ -291,6 +301,7 @@ class Tracer:
             return
         if pos.size == 0:
             return
+        value = self._own(value)
         vid = value.id  # the value as of now (reading it may re-derive a view of self first)
         if self._pending is None:
             # the base, the writes, and for each position the last write to it (-1: none)
@@ -504,7 +515,12 @@ class Tracer:
         return probe
 
     def copy_(self) -> "Tracer":
-        """A new array with this one's current value (NumPy's copy: no aliasing)."""
+        """A new array with this one's current value (NumPy's copy: no aliasing). A copy of a
+        closed-over array of an enclosing trace made inside an inner one (g = a.copy() in a
+        grad of a closure) belongs to the inner trace, which may then write into it."""
+        cur = current()
+        if cur is not None and cur is not self.ctx and any(c is self.ctx for c in _stack()):
+            return Tracer(cur, cur.capture(self).id)
         return Tracer(self.ctx, self.id)
 
     # -- array attributes -----------------------------------------------------------------
