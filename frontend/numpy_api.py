@@ -898,7 +898,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             raise UnsupportedError(
                 f"np.{ufunc.__name__}(..., out=a) would write traced values into the NumPy "
                 f"array a{_at(user_where())} (also what a += traced does when a is a NumPy "
-                "array); write a = a + ... instead, or create a inside the function")
+                "array); write a = a + ... instead, or create a inside the function (np.zeros, "
+                "np.array(x) or np.copy(x) of a NumPy x: adjit follows those, not x.copy() "
+                "of a NumPy array, whose views then also see the writes)")
         if method not in ("__call__", "reduce", "accumulate", "outer", "reduceat"):
             _unsupported(f"{ufunc.__name__}.{method} with out=")
         # np.minimum.accumulate(u, out=u): computed whole (NumPy's buffering gives the same
@@ -956,6 +958,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             F.cast(x, want) if isinstance(x, Tracer) and x.dtype != want and not F._is_weak(x)
             else x for x in inputs])
         return F.cast(r, want) if isinstance(r, Tracer) and r.dtype != want else r
+    if ufunc.__name__.endswith("(vectorized)"):
+        raise UnsupportedError(
+            f"a ufunc made by np.frompyfunc called on traced arrays{_at(user_where())}: use "
+            "np.vectorize(f) instead (adjit calls f once per element), or write f with NumPy "
+            "operations on whole arrays")
     if getattr(np, ufunc.__name__, None) is not ufunc:
         _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
                            "another library)")
