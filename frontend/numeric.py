@@ -1034,6 +1034,7 @@ def polyint(p, m=1, k=None):
         ks = [k] * m
     else:                   # a scalar, or one constant per integration (traced ones too)
         ks = [F.getitem(k, i) for i in range(k.shape[0])] if isinstance(k, Tracer) else \
+            [B.resolve(v) for v in k] if isinstance(k, (list, tuple)) else \
             list(np.atleast_1d(k))
         if len(ks) == 1:
             ks = ks * m
