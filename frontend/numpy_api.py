@@ -175,8 +175,16 @@ def _moment(name, fn):
 _var, _std = _moment("var", F.var), _moment("std", F.std)
 
 
+def _zero_d_as_1d(a, axis):
+    """np.cumsum(x0d, axis=0 or -1) as NumPy: the 0-d array taken as a 1-element vector."""
+    if axis is not None and len(F._shape_of(a)) == 0 and axis in (0, -1):
+        return F.reshape(a, (1,)), None
+    return a, axis
+
+
 def _cumsum(a, axis=None, dtype=None, out=None):
     _no_out("cumsum", out)
+    a, axis = _zero_d_as_1d(a, axis)
     if dtype is None:
         return F.cumsum(a, axis)
     # in a small integer dtype NumPy wraps at each step: the same as wrapping once
@@ -186,6 +194,7 @@ def _cumsum(a, axis=None, dtype=None, out=None):
 
 def _cumprod(a, axis=None, dtype=None, out=None):
     _no_out("cumprod", out)
+    a, axis = _zero_d_as_1d(a, axis)
     return C.cumprod(a, axis, dtype)
 
 

@@ -711,3 +711,11 @@ def test_inner_transformations_write_closed_over_values_into_their_own_arrays():
         return adjit.grad(inner)(b)
     np.testing.assert_allclose(adjit.compile(copy_written)(a, b), [1.0])
     np.testing.assert_allclose(adjit.grad(lambda a: np.sum(copy_written(a, b)))(a), [4.0, 0.0])
+
+
+def test_cumulative_sums_of_0d_arrays_along_axis_0():
+    x = np.asarray(2.0)
+    for f in (lambda x: np.cumsum(x, axis=-1), lambda x: np.cumprod(x * 3, axis=0)):
+        got, want = adjit.compile(f)(x), f(x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
