@@ -1588,8 +1588,14 @@ def _copyto(dst, src, casting="same_kind", where=True):
 
 
 def _put(a, ind, v, mode="raise"):
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
     if mode != "raise":
-        _unsupported(f"put with mode={mode!r}")
+        if isinstance(B.resolve(ind), Tracer):
+            _unsupported(f"put with mode={mode!r} at traced positions")
+        n = int(np.prod(a.shape, dtype=np.int64))
+        ind = np.asarray(ind)      # constant positions mapped into range, as NumPy does
+        ind = np.mod(ind, n) if mode == "wrap" else np.clip(ind, 0, n - 1)
     flat = _reshape(a, -1)
     if flat is not a and flat.base is None:
         _unsupported("put into a non-contiguous view")

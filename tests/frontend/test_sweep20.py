@@ -719,3 +719,14 @@ def test_cumulative_sums_of_0d_arrays_along_axis_0():
         got, want = adjit.compile(f)(x), f(x)
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode", ["wrap", "clip"])
+def test_put_wraps_or_clips_constant_positions(mode):
+    def f(x):
+        a = np.zeros(5)
+        np.put(a, [-1, 7, 2], x[:3], mode=mode)
+        return a * x[3:8]
+    x = np.arange(1.0, 9.0)
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+    assert adjit.gradcheck(lambda x: np.sum(f(x)), x) < 1e-6
