@@ -617,7 +617,8 @@ class Tracer:
                 "create the array there (an integer or boolean array cannot hold traced "
                 "values: make it float), or collect the values in a list and np.stack them. "
                 "A copy of an array from outside made by a method (X.copy(), X.astype(float), "
-                "X * 1.0) is a plain NumPy array: copy it with np.array(X) or np.copy(X).")
+                "X * 1.0) is a plain NumPy array: copy it with np.array(X) or np.copy(X). "
+                "Structured (record) dtypes are not followed: keep one array per field.")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.exp([a, b]) needs "
