@@ -770,7 +770,7 @@ def _check_1d(a, v, mode, what):
 def _correlate_1d(a, v, mode):
     m = _shape_of(v)[0]
     widths = {"full": (m - 1, m - 1), "same": (m // 2, (m - 1) // 2), "valid": (0, 0)}[mode]
-    return F.correlate_valid(pad(a, [widths]) if widths != (0, 0) else a, v)
+    return F.correlate(a, v, mode)
 
 
 # -- NaN-aware and logical functions ----------------------------------------------------------

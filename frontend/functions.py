@@ -1192,14 +1192,15 @@ def einsum(subscripts, *operands):
 
 
 # -- products ---------------------------------------------------------------------------------
-def correlate_valid(a, v):
-    """np.correlate(a, v, "valid") of 1-d arrays with len(a) >= len(v) (registry op
-    correlate: NumPy's own loop, no window of a is materialised)."""
+def correlate(a, v, mode="valid"):
+    """np.correlate(a, v, mode) of 1-d arrays with len(a) >= len(v) (registry op correlate:
+    NumPy's own loop, which multiplies only overlapping elements, so an inf in v reaches only
+    the outputs it overlaps; no window of a is materialised)."""
     if not any(isinstance(t, Tracer) for t in (a, v)):
-        return np.correlate(a, v, "valid")
+        return np.correlate(a, v, mode)
     ctx = _ctx([a, v])
     dt = result_dtype(a, v)
-    return ctx.emit("correlate", [lift(a, dt, ctx), lift(v, dt, ctx)], {})
+    return ctx.emit("correlate", [lift(a, dt, ctx), lift(v, dt, ctx)], {"mode": mode})
 
 
 def matmul(x, y):

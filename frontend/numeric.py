@@ -980,7 +980,8 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     """np.geomspace with traced ends: logspace of log10 |ends| in the ends' sign, the ends
     themselves exact (a zero end gives inf/nan, where NumPy raises)."""
     start, stop = _arg(start), _arg(stop)
-    dt = F.result_dtype(start, stop, float(num))
+    # NumPy promotes with a 0-d float64 (np.zeros((), dtype)): float32 ends give float64
+    dt = F.result_dtype(start, stop, float(num), np.zeros((), dtype or np.float64))
     start, stop = (F.cast(v, dt) if isinstance(v, Tracer) else np.asarray(v, dt)
                    for v in (start, stop))
     sign = F.stop_gradient(F.sign(start)) if isinstance(start, Tracer) else np.sign(start)
@@ -1014,11 +1015,9 @@ def polyder(p, m=1):
     if m < 0:
         raise ValueError("Order of derivative must be positive (see polyint)")
     p = _coefficients(p, "polyder")
-    for _ in range(m):
+    for _ in range(m):      # as NumPy: p[:-1] * arange(n, 0, -1) (a constant's is empty)
         n = _shape_of(p)[0] - 1
-        if n <= 0:
-            return F.mul(F.getitem(p, slice(0, 1)), 0.0) if n == 0 else p
-        p = F.mul(F.getitem(p, slice(0, n)), np.arange(n, 0, -1))    # int: float32 -> 64
+        p = F.mul(F.getitem(p, slice(0, max(n, 0))), np.arange(n, 0, -1))   # float32 -> 64
     return p
 
 

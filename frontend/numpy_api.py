@@ -1331,12 +1331,15 @@ def _huber(delta, r):
 
 def _pseudo_huber(delta, r):
     """scipy.special.pseudo_huber: delta**2 (sqrt(1 + (r / delta)**2) - 1), written
-    r**2 / (hypot(1, r / delta) + 1): no cancellation at small r, no overflow of delta**2;
-    0 where delta is 0, inf for delta < 0."""
+    |r| (|r| / (hypot(1, r / delta) + 1)): no cancellation at small r, no overflow of delta**2
+    or r**2; 0 where delta is 0, inf for delta < 0 or infinite r."""
     zero = F.eq(delta, 0)
     d = F.where(zero, 1.0, delta)
     v = F.div(r, d)
-    val = F.div(F.mul(r, r), F.add(C.hypot(1.0, v), 1.0))
+    # |r| (|r| / (hypot + 1)): no overflow of r**2 either; |r| as a select, whose derivative
+    # at 0 is 1 (abs's is 0), so the curvature at r = 0 stays 1
+    a = F.where(F.ge(r, 0), r, F.neg(r))
+    val = F.where(C.isinf(r), np.inf, F.mul(a, F.div(a, F.add(C.hypot(1.0, v), 1.0))))
     return F.where(F.lt(delta, 0), np.inf, F.where(zero, 0.0, val))
 
 

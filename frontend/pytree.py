@@ -43,11 +43,16 @@ def _flatten(t, path, leaves, paths):
     if dataclasses.is_dataclass(t) and not isinstance(t, type):
         # a dataclass of parameters: its fields are the children, rebuilt without calling
         # __init__ or __post_init__ (a gradient has the argument's class, as in JAX)
-        # fields holding strings or functions (an activation's name) are static
-        names = tuple(f.name for f in dataclasses.fields(t))
+        # fields holding strings or functions (an activation's name) are static, and so are
+        # fields declared field(metadata={"static": True}) (a layer count, as flax's
+        # pytree_node=False)
+        fields = dataclasses.fields(t)
+        names = tuple(f.name for f in fields)
         return ("dataclass", (type(t), names), tuple(
-            ("static", getattr(t, f), ()) if isinstance(getattr(t, f), _STATIC)
-            else _flatten(getattr(t, f), f"{path}.{f}", leaves, paths) for f in names))
+            ("static", getattr(t, f.name), ()) if isinstance(getattr(t, f.name), _STATIC) or
+            f.metadata.get("static") or f.metadata.get("pytree_node") is False
+            else _flatten(getattr(t, f.name), f"{path}.{f.name}", leaves, paths)
+            for f in fields))
     if t is None:
         return ("none",)
     leaves.append(t)

@@ -604,7 +604,8 @@ class Tracer:
                 f"{what} needs {which}{_at(w)}, but arguments are traced: their "
                 "values are not known while tracing. A Python int that sets an axis, a shape, "
                 "a count or a position is configuration: mark it static (static_argnums=...) "
-                "or make it keyword-only (def f(x, *, axis=1)), one program per value. A "
+                "or make it keyword-only (def f(x, *, axis=1)), one program per value (a "
+                "dataclass field: dataclasses.field(metadata={'static': True})). A "
                 "number that changes every call (a step counter that picks the minibatch) "
                 "would compile a program per call: take the batch outside (X[idx]) and pass "
                 "it in as an argument.")

@@ -754,23 +754,40 @@ _register(OpDef(
     "{0} @ {1}", flops=lambda out, ins, a: 2 * _numel(out) * ins[0][-1]))
 
 
-def _correlate_vjp(g, out, a, v):
-    # out[k] = sum_j a[k + j] v[j]: a's cotangent is g convolved with v (g padded by m - 1
-    # zeros on both sides, correlated with v reversed), v's is a correlated with g
-    m, n_out = v.shape[0], g.shape[0]
+_CORRELATE_PAD = {"valid": lambda m: (0, 0), "full": lambda m: (m - 1, m - 1),
+                  "same": lambda m: (m // 2, (m - 1) // 2)}
+
+
+def _correlate_shape(shapes, a):
+    (n,), (m,) = shapes
+    lo, hi = _CORRELATE_PAD[a.get("mode", "valid")](m)
+    return (n + lo + hi - m + 1,)
+
+
+def _correlate_vjp(g, out, a, v, mode="valid"):
+    # out[k] = sum_j ap[k + j] v[j], ap = a padded by (lo, hi) zeros for the mode: a's
+    # cotangent is g convolved with v (g padded by m - 1 zeros on both sides, correlated
+    # with v reversed), cut back to a's range; v's is ap correlated with g
+    n, m, n_out = a.shape[0], v.shape[0], g.shape[0]
+    lo, hi = _CORRELATE_PAD[mode](m)
     padded = F.unslice(g, (slice(m - 1, m - 1 + n_out),), (n_out + 2 * (m - 1),))
-    return [F.correlate_valid(padded, F.flip(v)), F.correlate_valid(a, g)]
+    ga = F.correlate(padded, F.flip(v))
+    ap = a if lo == hi == 0 else F.unslice(a, (slice(lo, lo + n),), (n + lo + hi,))
+    return [ga if lo == hi == 0 else F.slice_(ga, (slice(lo, lo + n),)), F.correlate(ap, g)]
 
 
 _register(OpDef(
-    "correlate", 2, "matmul", lambda s, a: (s[0][0] - s[1][0] + 1,), first_dtype,
-    lambda a, v: np.correlate(a, v, "valid"), _correlate_vjp,
-    lambda t, out, a, v: _sum_t([None if t[0] is None else F.correlate_valid(t[0], v),
-                                 None if t[1] is None else F.correlate_valid(a, t[1])]),
-    "np.correlate({0}, {1}, 'valid')",
+    "correlate", 2, "matmul", _correlate_shape, first_dtype,
+    lambda a, v, mode="valid": np.correlate(a, v, mode), _correlate_vjp,
+    lambda t, out, a, v, mode="valid": _sum_t([
+        None if t[0] is None else F.correlate(t[0], v, mode),
+        None if t[1] is None else F.correlate(a, t[1], mode)]),
+    # mode is 'valid', 'full' or 'same' (the frontend checks): written as its literal
+    lambda args, a: f"np.correlate({args[0]}, {args[1]}, {a.get('mode', 'valid')!r})",
     flops=lambda out, ins, a: 2 * _numel(out) * ins[1][0],
-    doc="np.correlate(a, v, 'valid') of 1-d a and v, len(a) >= len(v): the frontend's "
-        "np.convolve and np.correlate in every mode (a padded first)"))
+    show=lambda a: a.get("mode", "valid"),
+    doc="np.correlate(a, v, mode) of 1-d a and v, len(a) >= len(v): the frontend's "
+        "np.convolve and np.correlate in every mode"))
 
 
 # -- linear algebra on stacks of (..., n, n) matrices (frontend/linalg.py builds them) --------

@@ -730,3 +730,42 @@ def test_put_wraps_or_clips_constant_positions(mode):
     x = np.arange(1.0, 9.0)
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
     assert adjit.gradcheck(lambda x: np.sum(f(x)), x) < 1e-6
+
+
+def test_convolution_edges_multiply_only_overlapping_elements():
+    k = np.array([1.0, 2.0, 3.0])
+    x = np.array([np.inf, 1.0])
+    np.testing.assert_array_equal(adjit.compile(lambda x: np.convolve(k, x))(x),
+                                  np.convolve(k, x))
+    np.testing.assert_array_equal(adjit.compile(lambda x: np.correlate(k, x, "same"))(x),
+                                  np.correlate(k, x, "same"))
+
+
+def test_pseudo_huber_at_infinite_and_huge_residuals_and_polyder_of_constants():
+    from adjit.frontend.numpy_api import _SCIPY_SPECIAL
+    ph = _SCIPY_SPECIAL["pseudo_huber"]
+    np.testing.assert_array_equal(adjit.compile(lambda r: ph(1.0, r))(
+        np.array([np.inf, -np.inf])), [np.inf, np.inf])
+    np.testing.assert_allclose(adjit.grad(lambda r: np.sum(ph(1.0, r)))(
+        np.array([1e200, -1e200])), [1.0, -1.0])
+    for p, m in ((np.array([3.0]), 1), (np.array([1.0, 2.0, 3.0]), 5)):
+        assert adjit.compile(lambda p: np.polyder(p, m))(p).shape == np.polyder(p, m).shape
+    x = np.array([0.5, 3.0], np.float32)
+    assert adjit.compile(lambda a: np.geomspace(a[0], a[1], 3))(x).dtype == np.float64
+
+
+def test_static_dataclass_fields():
+    @dataclasses.dataclass
+    class Model:
+        w: np.ndarray
+        n_layers: int = dataclasses.field(default=2, metadata={"static": True})
+
+    def loss(m):
+        h = m.w
+        for _ in range(m.n_layers):
+            h = np.tanh(h)
+        return np.sum(h)
+    for n in (2, 3):
+        m = Model(np.ones(2), n)
+        np.testing.assert_allclose(adjit.compile(loss)(m), loss(m), rtol=1e-12)
+        assert adjit.grad(loss)(m).n_layers == n
