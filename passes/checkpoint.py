@@ -239,6 +239,8 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
             continue         # nothing after c for the backward (an auxiliary output's branch)
         x = par & ~after     # values computed without c and read after it
         x &= ~(1 << idx[c])
+        if x.bit_count() > 4 * MAX_PASSENGERS:
+            continue         # (bounds the walk below; few of so many would be tiny)
         extra, big, count = 0, 0, 0
         while x:
             low = x & -x
