@@ -1483,7 +1483,7 @@ _SCIPY_SPECIAL = {
     "betaln": _in_float64(_betaln),
     # the standard normal CDF
     "ndtr": _in_float64(_ndtr), "log_ndtr": _in_float64(_log_ndtr),
-    "gamma": _in_float64(_gamma), "beta": _in_float64(_beta), "kl_div": _kl_div,
+    "gamma": _in_float64(_gamma), "beta": _in_float64(_beta), "kl_div": _in_float64(_kl_div),
     "huber": _huber, "pseudo_huber": _pseudo_huber, "i0": N.i0, "i0e": _i0e,
     "ndtri": _in_float64(_ndtri), "erfinv": _in_float64(_erfinv),
 }
