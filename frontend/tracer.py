@@ -288,6 +288,12 @@ class Tracer:
         trace's."""
         if value.ctx is self.ctx:
             return value
+        if not any(c is value.ctx for c in _stack()):
+            raise TraceError(
+                f"an array from a trace that has already finished was written here"
+                f"{_at(user_where())}; a traced value escaped its function (stored in a global, "
+                "a default argument or an object attribute). Pass it to the function as an "
+                "argument instead, or return it from the traced function.")
         return self.ctx.capture(value)
 
     def assign_at(self, pos: np.ndarray, value: "Tracer"):
