@@ -1069,8 +1069,24 @@ def _reduceat(ufunc, x, indices, axis=0, dtype=None):
         out = _extreme_at(ufunc.__name__, first, flat, F.cast(vals, first.dtype)) if \
             flat.size else first
         return C.moveaxis(F.reshape(out, (len(idx),) + rest), 0, ax)
+    longest = int((ends - idx).max())
+    if len(idx) > _AT_ROUNDS * 4 and ufunc in _IDENTITY and \
+            len(idx) * longest <= 4 * max(pos.size, 1):
+        # many segments of similar lengths (windows): one (segments, longest) table of them,
+        # padded with the ufunc's identity, reduced along its rows
+        moved = C.moveaxis(x, ax, 0)
+        rest = tuple(F._shape_of(moved))[1:]
+        slot = np.arange(pos.size) - np.repeat(np.r_[0, np.cumsum(ends - idx)[:-1]], ends - idx)
+        table = np.full((len(idx), longest), pos.size, np.intp)    # pos.size: the identity
+        table[seg, slot] = np.arange(pos.size)
+        rows = F.getitem(moved, pos)
+        ident = F.full_like(F.getitem(rows, slice(0, 1)), _IDENTITY[ufunc])
+        padded = F.getitem(F.concatenate([rows, ident], 0), table)
+        out = array_ufunc(ufunc, "reduce", (padded,), {"axis": 1})
+        return C.moveaxis(F.reshape(out, (len(idx),) + rest), 0, ax)
     if len(idx) > _AT_ROUNDS * 4:
-        _unsupported(f"{ufunc.__name__}.reduceat of more than {_AT_ROUNDS * 4} segments")
+        _unsupported(f"{ufunc.__name__}.reduceat of more than {_AT_ROUNDS * 4} segments of "
+                     "lengths this uneven")
     sl = [slice(None)] * nd
     parts = []
     for a, b in zip(idx, ends):

@@ -769,3 +769,16 @@ def test_static_dataclass_fields():
         m = Model(np.ones(2), n)
         np.testing.assert_allclose(adjit.compile(loss)(m), loss(m), rtol=1e-12)
         assert adjit.grad(loss)(m).n_layers == n
+
+
+def test_reduceat_of_many_window_segments_with_an_identity():
+    rng = np.random.default_rng(0)
+    x = 1 + 0.01 * rng.normal(size=3000)
+    idx = np.r_[np.arange(0, 2990, 10), 2995, 2993]       # a decreasing pair too
+    for fn in (np.multiply, np.logaddexp):
+        f = lambda x: np.sum(fn.reduceat(x, idx) ** 2)    # noqa: E731
+        np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-12)
+    y = 1 + 0.1 * rng.normal(size=(600, 3))
+    g = lambda y: np.sum(np.multiply.reduceat(y, np.arange(0, 600, 2), axis=0) ** 2)  # noqa
+    np.testing.assert_allclose(adjit.compile(g)(y), g(y), rtol=1e-12)
+    assert adjit.gradcheck(g, y) < 1e-6
