@@ -317,23 +317,11 @@ def take_runs(x, ax, idx):
     return parts[0] if len(parts) == 1 else F.concatenate(parts, ax)
 
 
-def _odd_reflection(x, ax, left, right, mode):
-    """np.pad's odd reflection (2 * edge - the mirror image) along ax, for pads one reflection
-    covers: only the padded part is computed from the edge, so an inf or nan stays where NumPy
-    puts it."""
-    n = _shape_of(x)[ax]
-    even = take_runs(x, ax, np.pad(np.arange(n), (left, right), mode=mode))
-    edge = take_runs(x, ax, np.pad(np.arange(n), (left, right), mode="edge"))
-    padded = np.ones(n + left + right, bool)
-    padded[left:left + n] = False
-    padded = padded.reshape((-1,) + (1,) * (_nd(x) - ax - 1))
-    return F.where(padded, F.sub(F.add(edge, edge), even), even)
-
-
 def _odd_reflections(x, ax, left, right, include_edge):
-    """np.pad's odd reflection for pads wider than one reflection: NumPy's own loop
-    (_set_reflect_both), each round reflecting the array padded so far in 2 * edge - mirror
-    chunks, so an inf or nan lands where NumPy puts it."""
+    """np.pad's odd reflection: NumPy's own loop (_set_reflect_both), each round reflecting the
+    array padded so far in 2 * edge - mirror chunks (one round when one reflection covers the
+    pad), so only the padded part is computed from the edge and an inf or nan lands where
+    NumPy puts it."""
     n = _shape_of(x)[ax]
 
     def part(v, idx):
@@ -389,8 +377,6 @@ def pad(x, pad_width, mode="constant", **kw):
             if (b or a) and odd and shape[ax] == 1:
                 # a length-1 axis takes its edge value, as NumPy (no 2 * edge - edge)
                 x = take_runs(x, ax, np.zeros(int(b) + 1 + int(a), np.int64))
-            elif (b or a) and odd and max(b, a) <= shape[ax] - (mode == "reflect"):
-                x = _odd_reflection(x, ax, int(b), int(a), mode)
             elif (b or a) and odd:
                 x = _odd_reflections(x, ax, int(b), int(a), mode == "symmetric")
             elif b or a:
@@ -744,18 +730,19 @@ def tril(m, k=0):
 
 
 def convolve(a, v, mode="full"):
-    """np.convolve (1-D): a gather of sliding windows times the reversed kernel."""
+    """np.convolve (1-D): the longer operand correlated with the reversed shorter one (registry
+    op correlate, NumPy's own loop)."""
     _check_1d(a, v, mode, "convolve")
     if _shape_of(a)[0] < _shape_of(v)[0]:  # convolution commutes; NumPy slides the longer
         a, v = v, a
-    return _correlate_1d(a, F.flip(v), mode)
+    return F.correlate(a, F.flip(v), mode)
 
 
 def correlate(a, v, mode="valid"):
     _check_1d(a, v, mode, "correlate")
     if _shape_of(a)[0] < _shape_of(v)[0]:
-        return F.flip(_correlate_1d(v, a, mode))
-    return _correlate_1d(a, v, mode)
+        return F.flip(F.correlate(v, a, mode))
+    return F.correlate(a, v, mode)
 
 
 def _check_1d(a, v, mode, what):
@@ -765,12 +752,6 @@ def _check_1d(a, v, mode, what):
         raise UnsupportedError(f"np.{what} of shapes {sa}, {sv} with mode={mode!r}"
                                f"{_at(user_where())}; non-empty 1-D arrays and full/same/valid "
                                "only")
-
-
-def _correlate_1d(a, v, mode):
-    m = _shape_of(v)[0]
-    widths = {"full": (m - 1, m - 1), "same": (m // 2, (m - 1) // 2), "valid": (0, 0)}[mode]
-    return F.correlate(a, v, mode)
 
 
 # -- NaN-aware and logical functions ----------------------------------------------------------

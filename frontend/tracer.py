@@ -318,34 +318,16 @@ class Tracer:
         self.ver += 1
 
     def read_pending(self, pos: np.ndarray):
-        """The node for the elements at flat positions `pos` (any shape) when one collected
-        write holds all of them (`out[i-1]` after `out[i-1] = ...`), so reading it needs no
-        materialization; else None."""
+        """The node for the elements at flat positions `pos` (any shape) from the few
+        collected writes (and the old value) that hold them, joined, so reading needs no
+        materialization: `out[i-1]` after `out[i-1] = ...` is that write's value, and
+        `y[a:b] += frame` in an overlap-add loop reads the tail of the previous frame and
+        untouched zeros rather than all of y for every frame. None when there are no
+        collected writes, or the elements come in more than _RUNS runs."""
         if self._pending is None or pos.size == 0:
             return None
         flat = pos.reshape(-1)
         w = self._pending[2][flat]
-        if w[0] < 0 or (w != w[0]).any():
-            return self._read_pieces(pos, flat, w)
-        wpos, vid, _ = self._pending[1][w[0]]
-        order = np.argsort(wpos, kind="stable")
-        j = order[np.searchsorted(wpos[order], flat, side="right") - 1]  # last occurrence
-        if j.size != wpos.size or not np.array_equal(j, np.arange(j.size)):
-            c = self.ctx.graph.add("const", [], j.shape, j.dtype, {"value": j, "dtype": j.dtype},
-                                   None, user_where())
-            g = self.ctx.graph
-            if g[vid]["shape"] != (wpos.size,):
-                vid = self._node("reshape", [vid], {"shape": (wpos.size,)})
-            vid = self._node("gather", [vid, c], {"key": (("a", 0),)})
-        if self.ctx.graph[vid]["shape"] != pos.shape:
-            vid = self._node("reshape", [vid], {"shape": pos.shape})
-        return vid
-
-    def _read_pieces(self, pos, flat, w):
-        """The elements at `pos` from the few collected writes (and the old value) that hold
-        them, joined: y[a:b] += frame in an overlap-add loop reads the tail of the previous
-        frame and untouched zeros, without materializing all of y for every frame. None when
-        they come in more than _RUNS runs."""
         bounds = np.flatnonzero(np.diff(w)) + 1
         if len(bounds) + 1 > _RUNS:
             return None
@@ -360,11 +342,13 @@ class Tracer:
             else:
                 wpos, src, _ = writes[k]
                 order = np.argsort(wpos, kind="stable")
-                j = order[np.searchsorted(wpos[order], want, side="right") - 1]
+                j = order[np.searchsorted(wpos[order], want, side="right") - 1]  # last write
             n = int(np.prod(g[src]["shape"], dtype=np.int64))
             if g[src]["shape"] != (n,):
                 src = self._node("reshape", [src], {"shape": (n,)}, where)
-            if j.size == 1 or (np.diff(j) == 1).all():
+            if j.size == n and (np.diff(j) == 1).all() and j[0] == 0:
+                piece = src                 # the whole value of one write
+            elif j.size == 1 or (np.diff(j) == 1).all():
                 piece = self._node("slice", [src], {"index": (slice(int(j[0]),
                                                                     int(j[0]) + j.size),)}, where)
             else:
