@@ -52,18 +52,18 @@ def _from_device(x):
     return x.get() if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get") else x
 
 
-def _refuse_special_array(x):
+def _refuse_special_array(cls):
     """An np.matrix (whose * is a matrix product), a masked array (whose sums skip masked
-    entries) or a scipy.sparse matrix read from a global or closure would be taken as a plain
-    array: wrong numbers. Refused, naming the line."""
-    if isinstance(x, np.matrix):
+    entries) or a scipy.sparse matrix (cls: its type) read from a global or closure would be
+    taken as a plain array: wrong numbers. Refused, naming the line."""
+    if issubclass(cls, np.matrix):
         what, fix = ("an np.matrix, whose * is a matrix product",
                      "np.asarray(m) outside the function and write products with @")
-    elif isinstance(x, np.ma.MaskedArray):
+    elif issubclass(cls, np.ma.MaskedArray):
         what, fix = ("a masked array, whose operations skip masked entries",
                      "the data and the mask as two arrays (np.ma.getdata(m), "
                      "np.ma.getmaskarray(m)) and select with np.where")
-    elif type(x).__module__.startswith("scipy.sparse"):
+    elif cls.__module__.startswith("scipy.sparse"):
         what, fix = ("a scipy.sparse matrix",
                      "A.toarray() (dense), or its COO form with np.add.at: out = "
                      "np.zeros(...); np.add.at(out, A.row, A.data[:, None] * x[A.col])")
@@ -84,7 +84,7 @@ def lift(x, dtype, ctx=None):
             x = _from_nested(x, np.asarray)  # [t0, 1.0, t1]: stacked, as np.array would
     if isinstance(x, Tracer):
         return cast(x, dtype)
-    _refuse_special_array(x)
+    _refuse_special_array(type(x))
     ctx = ctx or current()
     with_ctx = ctx if ctx is not None else current()
     dtype = np.dtype(dtype)

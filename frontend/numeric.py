@@ -1083,22 +1083,27 @@ def _chbevl(x, vals):
     return F.mul(F.sub(b0, b2), 0.5)
 
 
-def i0(x):
-    """np.i0, the modified Bessel function of order 0, by NumPy's own Chebyshev series
-    (Cephes) on |x| <= 8 and beyond; its derivative is the series' (about I1)."""
+def i0_scaled(a):
+    """exp(-a) I0(a) for a >= 0 by NumPy's own Chebyshev series (Cephes), on a <= 8 and
+    beyond (np.i0 multiplies it by exp(a); scipy.special.i0e is it)."""
     from numpy.lib import _function_base_impl as impl
+    small = F.le(a, 8.0)
+    inner = _chbevl(F.sub(F.div(a, 2.0), 2.0), impl._i0A)
+    far = F.where(small, 16.0, a)      # the branch not taken sees a harmless argument
+    outer = F.div(_chbevl(F.sub(F.div(32.0, far), 2.0), impl._i0B), F.sqrt(far))
+    return F.where(small, inner, outer)
+
+
+def i0(x):
+    """np.i0, the modified Bessel function of order 0; its derivative is the series' (about
+    I1)."""
     x = _arg(x)
     if _dtype_of(x).kind not in "f":
         x = F.cast(x, np.float64) if isinstance(x, Tracer) else x.astype(np.float64)
     # |x| as a select, not abs (whose derivative is 0 at 0): i0 is even, and its second
     # derivative at 0 is then the series' 1/2, not 0
     a = F.where(F.ge(x, 0), x, F.neg(x))
-    small = F.le(a, 8.0)
-    inner = F.mul(F.exp(a), _chbevl(F.sub(F.div(a, 2.0), 2.0), impl._i0A))
-    far = F.where(small, 16.0, a)      # the branch not taken sees a harmless argument
-    outer = F.div(F.mul(F.exp(far), _chbevl(F.sub(F.div(32.0, far), 2.0), impl._i0B)),
-                  F.sqrt(far))
-    return F.where(small, inner, outer)
+    return F.mul(F.exp(a), i0_scaled(a))
 
 
 def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
