@@ -429,6 +429,11 @@ def _scalar_loss_check(g, fn, has_aux):
     elif g.meta["out_tree"][0] == "none":
         raise GradError(f"grad needs a scalar output, but {name} returned None; return the "
                         "loss")
+    elif g.meta["out_tree"][0] == "complex" or (has_aux and g.meta["out_tree"][2][0][0] ==
+                                                "complex"):
+        raise GradError(f"grad needs a real scalar loss, but {name} returned a complex value"
+                        f"{_returned_at(g)}; return a real one (np.abs(z) ** 2, z.real, "
+                        "np.vdot(z, z).real)")
     elif g.meta["out_tree"][0] != "leaf":
         err = GradError(
             f"grad needs a scalar output, but {name} returned a "

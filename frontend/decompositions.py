@@ -214,7 +214,7 @@ def _complex(what):
             return getattr(np.linalg, what)(a, *args, **kw)
         raise UnsupportedError(
             f"np.linalg.{what} of a general matrix{_at(user_where())}: its eigenvalues and "
-            "eigenvectors are complex, and adjit has no complex dtype. For a symmetric matrix "
+            "eigenvectors may be complex, a decomposition adjit does not trace. For a symmetric matrix "
             "use np.linalg.eigh or np.linalg.eigvalsh (real results, with gradients); for the "
             "magnitudes of a general matrix's spectrum, np.linalg.svd may serve")
     refuse.__name__ = what

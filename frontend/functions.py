@@ -109,9 +109,10 @@ def lift(x, dtype, ctx=None):
 
 
 def _no_complex():
-    raise UnsupportedError(f"complex numbers are not supported by adjit{_at(user_where())}: "
-                           "it has no complex dtype; carry the real and imaginary parts as "
-                           "two float arrays")
+    raise UnsupportedError(f"a complex value in this operation is not supported by adjit"
+                           f"{_at(user_where())}: complex arrays are traced as their real and "
+                           "imaginary parts through arithmetic, np.fft and matrix products "
+                           "(README); write this step on z.real and z.imag")
 
 
 def _weak(x):
@@ -159,13 +160,16 @@ def _shape_of(x):
 
 def _elementwise(op, xs, dtype=None, float_only=False):
     """Promote, lift and broadcast xs, then emit `op`; with no tracer, compute with NumPy."""
+    from . import complex as CX
+    if any(isinstance(x, CX.ComplexTracer) for x in xs):
+        return CX.elementwise(op, xs)
     xs = _lists_as_arrays(xs)
     if not any(isinstance(x, Tracer) for x in xs):
         return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
     ctx = _ctx(xs)
     dt = result_dtype(*xs) if dtype is None else np.dtype(dtype)
     if dt.kind == "c":
-        _no_complex()
+        return CX.elementwise(op, xs)   # a traced value meets a complex constant
     if float_only and dt.kind not in "fc":
         # NumPy's unary loops take the smallest float that holds the integers (np.sin of
         # int8 is float16, of int16 float32); division and the rest float64
@@ -1201,6 +1205,14 @@ def correlate(a, v, mode="valid"):
     ctx = _ctx([a, v])
     dt = result_dtype(a, v)
     return ctx.emit("correlate", [lift(a, dt, ctx), lift(v, dt, ctx)], {"mode": mode})
+
+
+def fft(x, axis, inverse=False, norm="backward"):
+    """The DFT (inverse: the inverse DFT) along `axis` (>= 1) of the complex array
+    x[0] + 1j * x[1] of the real stack x, in the same form (registry op fft)."""
+    if not isinstance(x, Tracer):
+        return OPS["fft"].numpy(np.asarray(x), axis, inverse, norm)
+    return x.ctx.emit("fft", [x], {"axis": int(axis), "inverse": bool(inverse), "norm": norm})
 
 
 def matmul(x, y):

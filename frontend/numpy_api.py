@@ -23,6 +23,7 @@ from . import linalg as LA
 from . import numeric as N
 from . import statistics as S
 from . import decompositions as LD
+from . import complex as CX
 from .tracer import _scalar, Tracer, _at, current, user_where
 
 
@@ -859,6 +860,8 @@ def _weak_value(t):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    if CX.involves(inputs):
+        return CX.array_ufunc(ufunc, method, inputs, kwargs)
     # checked where results are stored; NumPy's reductions and accumulations store into out=
     # unsafely (np.add.reduce(x, out=an_int_array) truncates)
     casting = kwargs.pop("casting", "unsafe" if method in ("reduce", "accumulate")
@@ -1528,6 +1531,8 @@ def _signature(fn):
 
 
 def array_function(func, args, kwargs):
+    if func in CX.FFT or CX.involves(args):
+        return CX.array_function(func, args, kwargs)
     out = kwargs.get("out")
     if out is not None and func in FUNCTIONS:
         # np.clip(x, lo, hi, out=x) and the like: computed, then stored like x[...] = result
@@ -1675,8 +1680,10 @@ def _install():
     T.__pow__ = lambda s, o: _pow(F.cast(s, np.int8) if s.dtype == np.bool_ and
                                   type(o) is int and o == 2 else s, o)
     T.__rpow__ = lambda s, o: F.power(o, s)
-    T.__matmul__ = lambda s, o: F.matmul(s, o)
-    T.__rmatmul__ = lambda s, o: F.matmul(o, s)
+    T.__matmul__ = lambda s, o: CX.bilinear(np.matmul, s, o) if CX.is_complex(o) else \
+        F.matmul(s, o)
+    T.__rmatmul__ = lambda s, o: CX.bilinear(np.matmul, o, s) if CX.is_complex(o) else \
+        F.matmul(o, s)
     T.__neg__ = lambda s: F.neg(s)
     T.__abs__ = lambda s: F.abs(s)
     T.__gt__ = lambda s, o: F.gt(s, o)

@@ -55,9 +55,22 @@ def _flatten(t, path, leaves, paths):
             for f in fields))
     if t is None:
         return ("none",)
+    if getattr(type(t), "_adjit_complex", False) or (
+            isinstance(t, (complex, np.ndarray, np.generic)) and np.iscomplexobj(t)):
+        # a complex array (traced ones: frontend/complex.py) is its real and imaginary parts,
+        # two float leaves, rebuilt as one complex array
+        if not getattr(type(t), "_adjit_complex", False):
+            t = _Parts(np.real(t), np.imag(t))
+        return ("complex", None, (_flatten(t.re, f"{path}.real", leaves, paths),
+                                  _flatten(t.im, f"{path}.imag", leaves, paths)))
     leaves.append(t)
     paths.append(path)
     return LEAF
+
+
+class _Parts:
+    def __init__(self, re, im):
+        self.re, self.im = re, im
 
 
 def copy_arrays(tree):
@@ -82,6 +95,12 @@ def _unflatten(td, it):
         return None
     if kind == "static":
         return td[1]
+    if kind == "complex":
+        re, im = _unflatten(td[2][0], it), _unflatten(td[2][1], it)
+        if any(hasattr(p, "ctx") for p in (re, im)):     # traced parts
+            from .complex import ComplexTracer
+            return ComplexTracer(re, im)
+        return re + 1j * im
     if kind == "dict":
         d = {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
         return td[3](d) if len(td) > 3 else d
@@ -137,6 +156,9 @@ def flatten_like(tree, treedef, what="value"):
                 raise ShapeError(f"{what}: expected None at {path}, got {type(t).__name__}")
         elif kind == "static":
             pass
+        elif kind == "complex":
+            out.append(np.real(t))
+            out.append(np.imag(t))
         elif kind == "dataclass":
             cls, names = td[1]
             if type(t) is not cls:

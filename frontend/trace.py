@@ -118,6 +118,10 @@ def leaf_spec(leaf, what):
         return (), np.asarray(leaf).dtype, True
     refuse_generator(leaf, f"argument {what}")
     if hasattr(leaf, "__cuda_array_interface__"):   # a CuPy array refuses np.asarray
+        if np.dtype(leaf.dtype).kind == "c":
+            raise TraceError(f"argument {what} is a complex CuPy array: pass its real and "
+                             "imaginary parts (z.real, z.imag) as two arrays, or a NumPy "
+                             "array (complex NumPy arguments are split by adjit)")
         return tuple(leaf.shape), np.dtype(leaf.dtype), False
     if isinstance(leaf, np.matrix):
         raise TraceError(f"argument {what} is an np.matrix, whose * is a matrix product: adjit "
@@ -143,9 +147,9 @@ def leaf_spec(leaf, what):
                          "that change (trained weights) as arguments.")
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
                          f"only (pass other values as static arguments: static_argnums=...).{hint}")
-    if a.dtype.kind == "c":
-        raise TraceError(f"argument {what} is complex ({a.dtype}); adjit has no complex "
-                         "dtype: pass the real and imaginary parts as two float arrays")
+    if a.dtype.kind == "c":  # pytree.py splits complex arrays; another complex object is not
+        raise TraceError(f"argument {what} is complex ({a.dtype}) in a form adjit does not "
+                         "split: pass a NumPy array, or its real and imaginary parts")
     # the program computes in the machine's byte order (a '>f8' argument is converted)
     return a.shape, (a.dtype if a.dtype.isnative else a.dtype.newbyteorder("=")), False
 

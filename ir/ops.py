@@ -790,6 +790,39 @@ _register(OpDef(
         "np.convolve and np.correlate in every mode"))
 
 
+# -- discrete Fourier transform of complex arrays held as their parts stacked (2, ...) --------
+# The IR is real: a complex array z is the real array np.stack([z.real, z.imag])
+# (frontend/complex.py). fft along one axis of z (axis counts in the stacked array, >= 1) is
+# linear, and its adjoint under the real inner product is the complex adjoint: the conjugate
+# DFT, i.e. the transform the other way with the scaling on the other side ("backward" <->
+# "forward"; "ortho" is unitary).
+_FFT_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _fft(x, axis, inverse=False, norm="backward"):
+    z = (np.fft.ifft if inverse else np.fft.fft)(x[0] + 1j * x[1], axis=axis - 1, norm=norm)
+    out = np.empty(x.shape, x.dtype)
+    out[0], out[1] = z.real, z.imag
+    return out
+
+
+_register(OpDef(
+    "fft", 1, "matmul", lambda s, a: tuple(s[0]), first_dtype, _fft,
+    lambda g, out, x, axis, inverse=False, norm="backward": [
+        F.fft(g, axis, not inverse, _FFT_SWAP[norm])],
+    lambda t, out, x, axis, inverse=False, norm="backward": F.fft(t[0], axis, inverse, norm),
+    # the attributes are an int, a bool and one of three names (frontend/complex.py checks)
+    lambda args, a: f"_rt_ops['fft']({args[0]}, axis={int(a['axis'])}, "
+                    f"inverse={bool(a.get('inverse'))}, norm={a.get('norm', 'backward')!r})",
+    # n log2 n butterflies of complex multiply-adds along the axis, for every other index
+    flops=lambda out, ins, a: 5 * _numel(out) // 2 * max(1, int(ins[0][a["axis"]]).bit_length()),
+    show=lambda a: f"axis={a['axis']}{' inverse' if a.get('inverse') else ''}"
+                   f"{'' if a.get('norm', 'backward') == 'backward' else ' ' + a['norm']}",
+    doc="np.fft.fft (inverse: np.fft.ifft) along axis - 1 of the complex array x[0] + 1j * "
+        "x[1], answered in the same stacked form: the frontend's np.fft functions and "
+        "complex arrays (frontend/complex.py)"))
+
+
 # -- linear algebra on stacks of (..., n, n) matrices (frontend/linalg.py builds them) --------
 # Reverse-mode rules from Giles 2008, "An extended collection of matrix derivative results";
 # cholesky and eigh read only the lower triangle, as NumPy does, so their cotangents lie there.

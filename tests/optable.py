@@ -272,6 +272,14 @@ TABLE.update({
         :1] + np.sum(np.correlate(v, a, "valid")) + np.convolve(a, v, "valid")[0],
         "inputs": [[((7,), "any"), ((3,), "any")], [((2,), "any"), ((5,), "any")],
                    [((1,), "any"), ((1,), "any")]]},
+    # np.fft on real arrays (a complex result is its two parts), along either axis, every
+    # norm, the length cut and padded; irfft completes the Hermitian half
+    "fft": {"fn": lambda x: np.concatenate([
+        np.fft.fft(x).real.ravel(), np.fft.ifft(x, norm="ortho").imag.ravel(),
+        np.abs(np.fft.rfft(x, n=7, axis=0, norm="forward")).ravel() ** 2,
+        np.fft.irfft(np.fft.rfft(x, axis=0) * (1 + 2j), n=len(x), axis=0).ravel(),
+        np.fft.fft2(x * 1j + 1).real.ravel() if x.ndim == 2 else np.fft.hfft(x, 6)]),
+        "inputs": [[((5,), "any")], [((4, 3), "any")], [((1,), "any")]]},
     # reached through det's derivative; reached directly here
     "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},

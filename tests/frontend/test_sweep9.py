@@ -92,7 +92,7 @@ def test_trace_time_checks_name_the_line():
              (lambda a: a[:, [0, -5]], adjit.ShapeError, "index -5 is out of bounds for axis 1"),
              (lambda a: np.einsum("ij->k", a), adjit.ShapeError, "'k' does not appear"),
              (lambda a: np.pad(a, -1), adjit.ShapeError, "negative"),
-             (lambda a: a * 1j, adjit.UnsupportedError, "complex numbers"),
+             (lambda a: np.maximum(a * 1j, 0), adjit.UnsupportedError, "np.maximum of complex"),
              (lambda a: a[:a.argmax()], adjit.TraceError, "slice bound.*adjit.where"),
              (lambda a: print(f"{a.sum():.3f}"), adjit.TraceError, "format it outside"),
              (lambda a: TABLE[a.astype(int)], adjit.TraceError, r"np.array\(table\)\[idx\]")]
@@ -548,8 +548,8 @@ def test_repeat_split_and_tuple_indices_as_numpy():
                                [0, 0, 8, 18])
     with pytest.raises(adjit.ShapeError, match="counts must be integers"):
         adjit.compile(lambda a: np.repeat(a, 2.5), backend="numpy")(x)
-    with pytest.raises(adjit.UnsupportedError, match=r"np\.fft\.rfft"):
-        adjit.compile(lambda a: np.fft.rfft(a), backend="numpy")(x)
+    np.testing.assert_allclose(adjit.compile(lambda a: np.fft.rfft(a), backend="numpy")(x),
+                               np.fft.rfft(x), atol=1e-12)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

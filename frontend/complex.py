@@ -1,0 +1,777 @@
+"""Complex arrays while tracing, held as their real and imaginary parts.
+
+adjit's IR is real. A complex value a traced function makes (`1j * x`, `np.exp(1j * theta)`,
+`np.fft.rfft(x)`, a complex NumPy constant meeting a traced value) is a `ComplexTracer`: its
+real and imaginary parts, each a Tracer or a NumPy array, at least one traced. Complex
+arithmetic is spelled on the parts with the ordinary NumPy functions, so the gradient rules,
+fusion, checkpointing and every backend apply unchanged; Fourier transforms are the registry
+op `fft` on the parts stacked (2, ...). NumPy's np.fft functions also take real traced arrays.
+
+A function may return complex arrays (compile answers complex NumPy arrays, rebuilt from the
+two parts by the pytree layer); a loss for grad must be real (np.abs(z) ** 2, z.real, ...).
+Everything on complex values that is not listed here is refused naming the user's line, never
+computed on the real part alone.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..ir.errors import UnsupportedError
+from . import buffer as B
+from . import functions as F
+from .tracer import Tracer, _at, user_where
+
+
+class ComplexTracer:
+    """A traced complex array: `re + 1j * im` (see the module docstring)."""
+
+    __array_priority__ = 1001
+    _adjit_complex = True       # pytree.py's mark (it cannot import this module)
+
+    def __init__(self, re, im):
+        self.re, self.im = re, im
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return tuple(np.shape(self.re))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def dtype(self):
+        return np.result_type(F._dtype_of(self.re), np.complex64)
+
+    @property
+    def real(self):
+        return self.re
+
+    @property
+    def imag(self):
+        return self.im
+
+    @property
+    def T(self):
+        return _parts(np.transpose, self)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return f"ComplexTracer(shape={self.shape}, dtype={self.dtype})"
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _refuse(f"z.{name} of a complex traced array")
+
+    def __bool__(self):
+        raise _concrete("`if`/`while` (bool of an array)")
+
+    def __float__(self):
+        raise _concrete("float()")
+
+    def __complex__(self):
+        raise _concrete("complex()")
+
+    def __array__(self, dtype=None, copy=None):
+        raise _concrete("converting to a concrete NumPy array")
+
+    # -- methods -----------------------------------------------------------------------------
+    def __getitem__(self, key):
+        key = B.resolve(key)
+        return make(self.re[key], self.im[key])
+
+    def __setitem__(self, key, value):
+        vr, vi = split(value)
+        for part, v in ((self.re, vr), (self.im, vi)):
+            if not isinstance(part, Tracer):
+                raise _refuse("writing into a complex array whose real or imaginary part is "
+                              "not traced", "make it with the traced values (np.stack, "
+                              "np.concatenate) or keep the two parts in two float arrays")
+            part[key] = 0.0 if v is None else v
+
+    def conj(self):
+        return make(self.re, -self.im)
+
+    conjugate = conj
+
+    def copy(self):
+        return make(np.copy(self.re), np.copy(self.im))
+
+    def reshape(self, *shape, **kw):
+        return _parts(lambda p: np.reshape(p, shape[0] if len(shape) == 1 else shape, **kw),
+                      self)
+
+    def transpose(self, *axes):
+        return _parts(lambda p: np.transpose(p, axes[0] if len(axes) == 1 else axes or None),
+                      self)
+
+    def ravel(self, order="C"):
+        return _parts(lambda p: np.ravel(p, order), self)
+
+    def flatten(self, order="C"):
+        return _parts(lambda p: np.reshape(p, -1, order=order), self)
+
+    def squeeze(self, axis=None):
+        return _parts(lambda p: np.squeeze(p, axis), self)
+
+    def swapaxes(self, a, b):
+        return _parts(lambda p: np.swapaxes(p, a, b), self)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        _no_out(out, "z.sum")
+        return _parts(lambda p: np.sum(p, axis, keepdims=keepdims), self)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        _no_out(out, "z.mean")
+        return _parts(lambda p: np.mean(p, axis, keepdims=keepdims), self)
+
+    def cumsum(self, axis=None, dtype=None, out=None):
+        _no_out(out, "z.cumsum")
+        return _parts(lambda p: np.cumsum(p, axis), self)
+
+    def astype(self, dtype, copy=True, **kw):
+        dtype = np.dtype(dtype)
+        if dtype.kind != "c":
+            raise _refuse(f"z.astype({dtype}) of a complex traced array (NumPy drops the "
+                          "imaginary part with a warning)", "take z.real explicitly")
+        part = np.finfo(dtype).dtype
+        return make(F.cast(self.re, part) if isinstance(self.re, Tracer) else
+                    np.asarray(self.re, part),
+                    F.cast(self.im, part) if isinstance(self.im, Tracer) else
+                    np.asarray(self.im, part))
+
+    def dot(self, other):
+        return bilinear(np.dot, self, other)
+
+    # -- operators ---------------------------------------------------------------------------
+    def __add__(self, o): return add(self, o)
+    def __radd__(self, o): return add(o, self)
+    def __sub__(self, o): return sub(self, o)
+    def __rsub__(self, o): return sub(o, self)
+    def __mul__(self, o): return mul(self, o)
+    def __rmul__(self, o): return mul(o, self)
+    def __truediv__(self, o): return div(self, o)
+    def __rtruediv__(self, o): return div(o, self)
+    def __pow__(self, o): return power(self, o)
+    def __rpow__(self, o): return power(o, self)
+    def __matmul__(self, o): return bilinear(np.matmul, self, o)
+    def __rmatmul__(self, o): return bilinear(np.matmul, o, self)
+    def __neg__(self): return make(-self.re, -self.im)
+    def __pos__(self): return self
+    def __abs__(self): return absolute(self)
+    def __eq__(self, o): return equal(self, o)
+    def __ne__(self, o): return np.logical_not(equal(self, o))
+    __hash__ = object.__hash__
+
+    def __lt__(self, o):
+        raise _refuse("ordering comparison (<, >) of complex traced values")
+    __le__ = __gt__ = __ge__ = __lt__
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return array_function(func, args, kwargs)
+
+
+# -- the parts of any operand ----------------------------------------------------------------------
+def is_complex(x) -> bool:
+    """A complex operand: a ComplexTracer, a complex NumPy array or scalar, a Python complex."""
+    if isinstance(x, ComplexTracer):
+        return True
+    if isinstance(x, complex):
+        return True
+    return isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "c"
+
+
+def involves(args) -> bool:
+    """Whether a ufunc's or function's arguments (lists one level deep) hold a ComplexTracer,
+    or a complex constant next to a traced value."""
+    flat = []
+    for a in args:
+        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+    if any(isinstance(a, ComplexTracer) for a in flat):
+        return True
+    return any(is_complex(B.resolve(a)) for a in flat) and any(
+        isinstance(B.resolve(a), Tracer) for a in flat)
+
+
+def split(x):
+    """-> (real part, imaginary part or None for a real operand)."""
+    x = B.resolve(x)
+    if isinstance(x, ComplexTracer):
+        return x.re, x.im
+    if isinstance(x, Tracer):
+        return x, None
+    if isinstance(x, complex):
+        return x.real, x.imag
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
+    if isinstance(x, (np.ndarray, np.generic)):
+        if x.dtype.kind == "c":
+            return np.array(x.real), np.array(x.imag)
+        return x, None
+    if isinstance(x, numbers.Number) and not isinstance(x, numbers.Complex):
+        return x, None
+    if isinstance(x, (bool, int, float)):
+        return x, None
+    raise _refuse(f"a {type(x).__name__} in complex arithmetic")
+
+
+def _float(p):
+    """Integer and boolean parts become float64, as NumPy's complex128 holds them."""
+    if isinstance(p, Tracer):
+        return F.cast(p, np.float64) if p.dtype.kind in "biu" else p
+    if isinstance(p, (bool, int)) and not isinstance(p, np.generic):
+        return float(p)
+    a = np.asarray(p)
+    return a.astype(np.float64) if a.dtype.kind in "biu" else p
+
+
+def make(re, im):
+    """The complex array re + 1j * im: a ComplexTracer when a part is traced, else NumPy's."""
+    re, im = _float(re), _float(0.0 if im is None else im)
+    if not isinstance(re, Tracer) and not isinstance(im, Tracer):
+        return np.asarray(re) + 1j * np.asarray(im) if np.ndim(re) or np.ndim(im) else \
+            complex(re) if type(re) is float and type(im) is float else re + 1j * im
+    shape = np.broadcast_shapes(np.shape(re), np.shape(im))
+    dt = F.result_dtype(re, im)
+    re, im = (_shaped(p, shape, dt) for p in (re, im))
+    return ComplexTracer(re, im)
+
+
+def _shaped(p, shape, dt):
+    if isinstance(p, Tracer):
+        p = F.cast(p, dt) if p.dtype != dt else p
+        return p if p.shape == shape else F.broadcast_to(p, shape)
+    return np.broadcast_to(np.asarray(p, dt), shape)
+
+
+def _parts(f, z):
+    """f applied to both parts of z (a function linear over the reals: a reshape, a sum)."""
+    re, im = split(z)
+    if im is None:
+        im = np.zeros_like(re)
+    return make(f(re), f(im))
+
+
+def _add(x, y):
+    return x if y is None else y if x is None else x + y
+
+
+def _sub(x, y):
+    return x if y is None else -y if x is None else x - y
+
+
+# -- arithmetic ------------------------------------------------------------------------------------
+def add(a, b):
+    (ar, ai), (br, bi) = split(a), split(b)
+    return make(ar + br, _add(ai, bi))
+
+
+def sub(a, b):
+    (ar, ai), (br, bi) = split(a), split(b)
+    return make(ar - br, _sub(ai, bi))
+
+
+def mul(a, b):
+    (ar, ai), (br, bi) = split(a), split(b)
+    if bi is None:
+        return make(ar * br, None if ai is None else ai * br)
+    if ai is None:
+        return make(ar * br, ar * bi)
+    return make(ar * br - ai * bi, ar * bi + ai * br)
+
+
+def div(a, b):
+    (ar, ai), (br, bi) = split(a), split(b)
+    if bi is None:
+        return make(ar / br, None if ai is None else ai / br)
+    d = br * br + bi * bi
+    if ai is None:
+        return make(ar * br / d, -(ar * bi) / d)
+    return make((ar * br + ai * bi) / d, (ai * br - ar * bi) / d)
+
+
+def bilinear(f, a, b, conj_a=False, conj_b=False, **kw):
+    """f(a, b) of a function f bilinear over the reals (matmul, dot, einsum of two, outer)."""
+    (ar, ai), (br, bi) = split(a), split(b)
+    ai = -ai if conj_a and ai is not None else ai
+    bi = -bi if conj_b and bi is not None else bi
+    re = f(ar, br, **kw)
+    if ai is not None and bi is not None:
+        re = re - f(ai, bi, **kw)
+    return make(re, _add(None if bi is None else f(ar, bi, **kw),
+                         None if ai is None else f(ai, br, **kw)))
+
+
+def absolute(z):
+    re, im = split(z)
+    return np.abs(re) if im is None else np.hypot(re, im)
+
+
+def angle(z, deg=False):
+    re, im = split(z)
+    a = np.arctan2(np.zeros_like(re) if im is None else im, re)
+    return a * (180 / np.pi) if deg else a
+
+
+def exp(z):
+    re, im = split(z)
+    e = np.exp(re)
+    return make(e, None) if im is None else make(e * np.cos(im), e * np.sin(im))
+
+
+def log(z):
+    re, im = split(z)
+    return make(np.log(absolute(z)), angle(z))
+
+
+def sqrt(z):
+    # the principal root, as NumPy: t = sqrt((|z| + |re|) / 2) is the larger part's size,
+    # the other is |im| / (2 t); the imaginary part has im's sign (-0.0 included)
+    re, im = split(z)
+    if im is None:
+        im = np.zeros_like(re)
+    t = np.sqrt((np.hypot(re, im) + np.abs(re)) / 2)
+    small = np.where(t == 0, 0.0, np.abs(im) / np.where(t == 0, 1.0, 2 * t))
+    return make(np.where(re >= 0, t, small), np.copysign(np.where(re >= 0, small, t), im))
+
+
+def sin(z):
+    re, im = split(z)
+    if im is None:
+        return make(np.sin(re), None)
+    return make(np.sin(re) * np.cosh(im), np.cos(re) * np.sinh(im))
+
+
+def cos(z):
+    re, im = split(z)
+    if im is None:
+        return make(np.cos(re), None)
+    return make(np.cos(re) * np.cosh(im), -(np.sin(re) * np.sinh(im)))
+
+
+def power(a, p):
+    p = B.resolve(p)
+    if isinstance(p, (int, np.integer)) and not isinstance(p, bool) and abs(int(p)) <= 64:
+        n = abs(int(p))
+        r, base = None, a
+        while n:             # NumPy's complex power by squaring for small integer powers
+            if n & 1:
+                r = base if r is None else mul(r, base)
+            n >>= 1
+            if n:
+                base = mul(base, base)
+        if r is None:
+            re, _ = split(a)
+            return make(np.ones_like(re), None)
+        return div(1.0, r) if p < 0 else r
+    if not is_complex(p) and not isinstance(p, Tracer) and float(p) == 0.5:
+        return sqrt(a)
+    return exp(mul(p, log(a)))
+
+
+def equal(a, b):
+    (ar, ai), (br, bi) = split(a), split(b)
+    return np.logical_and(ar == br, (0.0 if ai is None else ai) == (0.0 if bi is None else bi))
+
+
+# -- NumPy dispatch --------------------------------------------------------------------------------
+_UFUNCS = {
+    np.add: add, np.subtract: sub, np.multiply: mul, np.divide: div, np.power: power,
+    np.negative: lambda z: mul(z, -1.0), np.positive: lambda z: z,
+    np.conjugate: lambda z: make(split(z)[0], _neg(split(z)[1])),
+    np.absolute: absolute, np.exp: exp, np.log: log, np.sqrt: sqrt, np.sin: sin, np.cos: cos,
+    np.square: lambda z: mul(z, z), np.reciprocal: lambda z: div(1.0, z),
+    np.matmul: lambda a, b: bilinear(np.matmul, a, b),
+    np.equal: equal, np.not_equal: lambda a, b: np.logical_not(equal(a, b)),
+    np.isfinite: lambda z: np.logical_and(*[np.isfinite(p) for p in _both(z)]),
+    np.isnan: lambda z: np.logical_or(*[np.isnan(p) for p in _both(z)]),
+    np.isinf: lambda z: np.logical_or(*[np.isinf(p) for p in _both(z)]),
+}
+
+
+def _neg(x):
+    return None if x is None else -x
+
+
+def _both(z):
+    re, im = split(z)
+    return re, np.zeros_like(re) if im is None else im
+
+
+# the functional form of an elementwise op name (functions.py's _elementwise routes here)
+_ELEMENTWISE = {"add": add, "sub": sub, "mul": mul, "div": div, "pow": power}
+
+
+def elementwise(op, xs):
+    fn = _ELEMENTWISE.get(op)
+    if fn is None:
+        raise _refuse(f"the operation {op!r} on complex values")
+    return fn(*xs)
+
+
+def array_ufunc(ufunc, method, inputs, kwargs):
+    fn = _UFUNCS.get(ufunc)
+    if method != "__call__" or fn is None:
+        what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+        raise _refuse(f"{what} of complex values")
+    if kwargs.pop("out", None) is not None:
+        raise _refuse(f"np.{ufunc.__name__}(..., out=...) of complex values",
+                      "write z = ... instead")
+    for k in ("casting", "order", "subok", "dtype"):
+        kwargs.pop(k, None)
+    if kwargs.get("where", True) is not True or set(kwargs) - {"where"}:
+        raise _refuse(f"np.{ufunc.__name__} of complex values with {sorted(kwargs)}")
+    return fn(*inputs)
+
+
+def _first(f):
+    """A function linear over the reals in its first argument (the rest static)."""
+    return lambda z, *args, **kw: _parts(lambda p: f(p, *args, **kw), z)
+
+
+def _listwise(f):
+    """A function of a list of arrays, linear in each (np.concatenate, np.stack)."""
+    def fn(arrays, *args, **kw):
+        pairs = [split(a) for a in arrays]
+        re = [r for r, _ in pairs]
+        im = [np.zeros_like(r) if i is None else i for r, i in pairs]
+        return make(f(re, *args, **kw), f(im, *args, **kw))
+    return fn
+
+
+def _where(cond, a=None, b=None):
+    if a is None or b is None:
+        raise _refuse("np.where(condition) of a complex condition")
+    (ar, ai), (br, bi) = split(a), split(b)
+    return make(np.where(cond, ar, br), np.where(cond, 0.0 if ai is None else ai,
+                                                 0.0 if bi is None else bi))
+
+
+def _einsum(subscripts, *operands, **kw):
+    if len(operands) == 1:
+        return _parts(lambda p: np.einsum(subscripts, p, **kw), operands[0])
+    if len(operands) == 2:
+        return bilinear(lambda x, y: np.einsum(subscripts, x, y, **kw), *operands)
+    raise _refuse("np.einsum of more than two operands with complex values",
+                  "split it into einsums of two")
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    # vector norms and the Frobenius norm depend on the magnitudes alone
+    vector = isinstance(axis, (int, np.integer)) or (axis is None and np.ndim(x) == 1)
+    if not vector and ord not in (None, "fro"):
+        raise _refuse(f"np.linalg.norm(z, ord={ord!r}) of a complex matrix",
+                      "use ord=None or 'fro', or a vector norm along an axis")
+    return np.linalg.norm(absolute(x), ord, axis, keepdims)
+
+
+def _vdot(a, b):
+    return bilinear(lambda x, y: np.sum(x * y), np.ravel(a) if not isinstance(
+        a, ComplexTracer) else a.ravel(), np.ravel(b) if not isinstance(
+        b, ComplexTracer) else b.ravel(), conj_a=True)
+
+
+def _like(fill):
+    def fn(z, dtype=None, *args, **kw):
+        re, _ = split(z)
+        if dtype is not None and np.dtype(dtype).kind != "c":
+            return {"zeros": np.zeros_like, "ones": np.ones_like}[fill](re, dtype=dtype)
+        base = np.zeros_like(re)
+        return make(base + 1.0 if fill == "ones" else base, np.zeros_like(re))
+    return fn
+
+
+def _real_if_close(a, tol=100):
+    raise _refuse("np.real_if_close of a traced complex array (whether the result is real "
+                  "depends on the values)", "take z.real")
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_out(out, "np.sum")
+    return _parts(lambda p: np.sum(p, axis, keepdims=keepdims), a)
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_out(out, "np.mean")
+    return _parts(lambda p: np.mean(p, axis, keepdims=keepdims), a)
+
+
+_FUNCTIONS = {
+    np.real: lambda z: split(z)[0],
+    np.imag: lambda z: _both(z)[1],
+    np.conj: lambda z: make(split(z)[0], _neg(split(z)[1])),
+    np.angle: angle, np.abs: absolute, np.absolute: absolute,
+    np.iscomplexobj: lambda z: True, np.isrealobj: lambda z: False,
+    np.iscomplex: lambda z: _both(z)[1] != 0, np.isreal: lambda z: _both(z)[1] == 0,
+    np.real_if_close: _real_if_close,
+    np.sum: _sum, np.mean: _mean,
+    np.where: _where, np.einsum: _einsum, np.linalg.norm: _norm, np.vdot: _vdot,
+    np.dot: lambda a, b: bilinear(np.dot, a, b),
+    np.matmul: lambda a, b: bilinear(np.matmul, a, b),
+    np.inner: lambda a, b: bilinear(np.inner, a, b),
+    np.outer: lambda a, b: bilinear(np.outer, a, b),
+    np.kron: lambda a, b: bilinear(np.kron, a, b),
+    np.tensordot: lambda a, b, axes=2: bilinear(np.tensordot, a, b, axes=axes),
+    np.convolve: lambda a, v, mode="full": bilinear(np.convolve, a, v, mode=mode),
+    # NumPy's correlate conjugates its second argument for complex input
+    np.correlate: lambda a, v, mode="valid": bilinear(np.correlate, a, v, conj_b=True,
+                                                       mode=mode),
+    np.zeros_like: _like("zeros"), np.ones_like: _like("ones"),
+    np.copy: lambda z, *a, **k: _parts(np.copy, z),
+    np.asarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
+    np.asanyarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
+    np.array: lambda z, dtype=None, *a, **k: z.copy() if dtype is None else z.astype(dtype),
+    np.shape: lambda z: split(z)[0].shape if isinstance(split(z)[0], Tracer) else
+    np.shape(split(z)[0]),
+    np.ndim: lambda z: np.ndim(split(z)[0]), np.size: lambda z, axis=None: np.size(
+        split(z)[0], axis),
+}
+for _f in (np.reshape, np.transpose, np.swapaxes, np.moveaxis, np.squeeze, np.expand_dims,
+           np.ravel, np.flip, np.fliplr, np.flipud, np.roll, np.rot90, np.cumsum, np.trace,
+           np.diagonal, np.diag, np.broadcast_to, np.tile, np.repeat, np.take,
+           np.take_along_axis, np.triu, np.tril, np.atleast_1d, np.atleast_2d, np.atleast_3d,
+           np.diff):
+    _FUNCTIONS[_f] = _first(_f)
+for _f in (np.concatenate, np.stack, np.hstack, np.vstack, np.dstack, np.column_stack):
+    _FUNCTIONS[_f] = _listwise(_f)
+
+
+def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
+    if mode == "constant":
+        cr, ci = split(constant_values)
+        re, im = _both(array)
+        return make(np.pad(re, pad_width, mode, constant_values=cr),
+                    np.pad(im, pad_width, mode, constant_values=0.0 if ci is None else ci))
+    if mode in ("edge", "reflect", "symmetric", "wrap") and not kw:
+        return _parts(lambda p: np.pad(p, pad_width, mode), array)
+    raise _refuse(f"np.pad(..., mode={mode!r}) of a complex traced array")
+
+
+_FUNCTIONS[np.pad] = _pad
+
+
+def array_function(func, args, kwargs):
+    if kwargs.get("out") is not None:
+        raise _refuse(f"{_name(func)}(..., out=...) with complex values", "write z = ...")
+    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    fn = _FUNCTIONS.get(func) or FFT.get(func)
+    if fn is None:
+        raise _refuse(f"{_name(func)} of complex values")
+    return fn(*args, **kwargs)
+
+
+def _name(func):
+    mod = getattr(func, "__module__", "") or ""
+    sub = "fft." if "fft" in mod else "linalg." if "linalg" in mod else ""
+    return f"np.{sub}{getattr(func, '__name__', func)}"
+
+
+# -- np.fft ----------------------------------------------------------------------------------------
+def _norm_name(norm):
+    norm = "backward" if norm is None else norm
+    if norm not in ("backward", "ortho", "forward"):
+        raise ValueError(f'Invalid norm value {norm}; should be "backward", "ortho" or '
+                         '"forward".')
+    return norm
+
+
+def _resized(p, n, axis):
+    """p cut or zero-padded at the end to length n along axis, as np.fft does."""
+    m = np.shape(p)[axis]
+    if n == m:
+        return p
+    if n < m:
+        return np.take(p, np.arange(n), axis=axis) if not isinstance(p, Tracer) else \
+            p[(slice(None),) * (axis % np.ndim(p)) + (slice(0, n),)]
+    width = [(0, 0)] * np.ndim(p)
+    width[axis] = (0, n - m)
+    return np.pad(p, width)
+
+
+def _axis(a, axis):
+    nd = np.ndim(split(a)[0])
+    if not -nd <= axis < nd:
+        raise np.exceptions.AxisError(axis, nd)
+    return axis % nd
+
+
+def _c2c(a, n, axis, norm, inverse):
+    norm = _norm_name(norm)
+    axis = _axis(a, axis)
+    re, im = split(a)
+    n = np.shape(re)[axis] if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
+    re = _float(_resized(re, n, axis))
+    im = np.zeros_like(re) if im is None else _float(_resized(im, n, axis))
+    out = F.fft(np.stack([re, im]), axis + 1, inverse, norm)
+    return make(out[0], out[1])
+
+
+def fft(a, n=None, axis=-1, norm=None, out=None):
+    _no_out(out, "np.fft.fft")
+    return _c2c(a, n, axis, norm, False)
+
+
+def ifft(a, n=None, axis=-1, norm=None, out=None):
+    _no_out(out, "np.fft.ifft")
+    return _c2c(a, n, axis, norm, True)
+
+
+def rfft(a, n=None, axis=-1, norm=None, out=None):
+    _no_out(out, "np.fft.rfft")
+    if is_complex(a):
+        raise TypeError(f"np.fft.rfft of complex input{_at(user_where())} (as NumPy: use "
+                        "np.fft.fft)")
+    axis = _axis(a, axis)
+    z = _c2c(a, n, axis, norm, False)
+    keep = z.shape[axis] // 2 + 1
+    return z[(slice(None),) * axis + (slice(0, keep),)]
+
+
+def irfft(a, n=None, axis=-1, norm=None, out=None):
+    """The real signal of length n (default 2 * (m - 1)) whose spectrum's first half is a:
+    the Hermitian spectrum completed with the mirrored conjugates, then np.fft.ifft's real
+    part (which ignores the imaginary parts of the zero and Nyquist terms, as NumPy does)."""
+    _no_out(out, "np.fft.irfft")
+    axis = _axis(a, axis)
+    m_in = np.shape(split(a)[0])[axis]
+    n = 2 * (m_in - 1) if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
+    m = n // 2 + 1
+    re, im = _both(a)
+    re, im = _resized(re, m, axis), _resized(im, m, axis)
+    # spectrum index k in [m, n) holds conj(a[n - k]): a[n - m], ..., a[1]
+    tail = np.arange(n - m, 0, -1)
+    full_re = np.concatenate([re, np.take(re, tail, axis=axis)], axis=axis)
+    full_im = np.concatenate([im, -np.take(im, tail, axis=axis)], axis=axis)
+    return _c2c(make(full_re, full_im), n, axis, norm, True).re
+
+
+def hfft(a, n=None, axis=-1, norm=None, out=None):
+    _no_out(out, "np.fft.hfft")
+    re, im = _both(a)
+    return irfft(make(re, -im), n, axis, _SWAP[_norm_name(norm)])
+
+
+def ihfft(a, n=None, axis=-1, norm=None, out=None):
+    _no_out(out, "np.fft.ihfft")
+    z = rfft(a, n, axis, _SWAP[_norm_name(norm)])
+    return make(z.re, -z.im)
+
+
+_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _nd_args(a, s, axes):
+    nd = np.ndim(split(a)[0])
+    if s is not None:
+        s = [int(v) for v in s]
+        if axes is None:
+            axes = list(range(-len(s), 0))
+    if axes is None:
+        axes = list(range(nd))
+    axes = [int(x) for x in axes]
+    if s is None:
+        s = [np.shape(split(a)[0])[x] for x in axes]
+    if len(s) != len(axes):
+        raise ValueError("Shape and axes have different lengths.")
+    return s, axes
+
+
+def _c2c_nd(inverse):
+    def fn(a, s=None, axes=None, norm=None, out=None):
+        _no_out(out, "np.fft")
+        s, axes = _nd_args(a, s, axes)
+        for n, axis in reversed(list(zip(s, axes))):
+            a = _c2c(a, n, axis, norm, inverse)
+        return a
+    return fn
+
+
+def _2d(fn):
+    return lambda a, s=None, axes=(-2, -1), norm=None, out=None: fn(a, s, axes, norm, out)
+
+
+def rfftn(a, s=None, axes=None, norm=None, out=None):
+    _no_out(out, "np.fft.rfftn")
+    s, axes = _nd_args(a, s, axes)
+    a = rfft(a, s[-1], axes[-1], norm)
+    for n, axis in zip(s[:-1], axes[:-1]):
+        a = _c2c(a, n, axis, norm, False)
+    return a
+
+
+def irfftn(a, s=None, axes=None, norm=None, out=None):
+    _no_out(out, "np.fft.irfftn")
+    given = s is not None
+    s, axes = _nd_args(a, s, axes)
+    if not given:
+        s[-1] = 2 * (np.shape(split(a)[0])[axes[-1]] - 1)
+    for n, axis in zip(s[:-1], axes[:-1]):
+        a = _c2c(a, n, axis, norm, True)
+    return irfft(a, s[-1], axes[-1], norm)
+
+
+def fftshift(x, axes=None):
+    """np.fft.fftshift: the zero frequency moved to the middle, a roll by n // 2 (real traced
+    arrays too)."""
+    return _shift(x, axes, lambda n: n // 2)
+
+
+def ifftshift(x, axes=None):
+    return _shift(x, axes, lambda n: -(n // 2))
+
+
+def _shift(x, axes, by):
+    shape = np.shape(split(x)[0])
+    axes = tuple(range(len(shape))) if axes is None else \
+        (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+    return np.roll(x, [by(shape[a]) for a in axes], axes)
+
+
+fftn, ifftn = _c2c_nd(False), _c2c_nd(True)
+FFT = {np.fft.fftshift: fftshift, np.fft.ifftshift: ifftshift,
+       np.fft.fft: fft, np.fft.ifft: ifft, np.fft.rfft: rfft, np.fft.irfft: irfft,
+       np.fft.hfft: hfft, np.fft.ihfft: ihfft, np.fft.fftn: fftn, np.fft.ifftn: ifftn,
+       np.fft.rfftn: rfftn, np.fft.irfftn: irfftn, np.fft.fft2: _2d(fftn),
+       np.fft.ifft2: _2d(ifftn), np.fft.rfft2: _2d(rfftn), np.fft.irfft2: _2d(irfftn)}
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def _no_out(out, what):
+    if out is not None:
+        raise _refuse(f"{what}(..., out=...) while tracing", "write z = ... instead")
+
+
+def _refuse(what, fix=None):
+    return UnsupportedError(
+        f"{what} is not supported by adjit{_at(user_where())}: complex arrays are traced as "
+        "their real and imaginary parts and support arithmetic, abs/angle/exp/log/sqrt, "
+        "conj/real/imag, reshaping, sums, matrix products and np.fft; "
+        + (fix or "write it on z.real and z.imag"))
+
+
+def _concrete(what):
+    from ..ir.errors import TraceError
+    return TraceError(f"{what} needs the value of a traced complex array, which is not known "
+                      f"while tracing{_at(user_where())}")

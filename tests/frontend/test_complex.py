@@ -1,0 +1,133 @@
+"""Complex values and np.fft inside traced functions (frontend/complex.py, registry op fft):
+values against NumPy, gradients against central differences (the seeds' error), both CPU
+backends; complex arguments and results; what stays refused."""
+import numpy as np
+import pytest
+
+import adjit
+
+_RNG = np.random.default_rng(3)
+_X = _RNG.standard_normal(12)
+_Y = _RNG.standard_normal((4, 6))
+_K = np.cos(np.arange(12.0))
+_DFT = np.exp(-2j * np.pi * np.outer(np.arange(12), np.arange(12)) / 12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("fn, x", [
+    # spectral losses and FFT convolution, the usual reasons to meet np.fft in a loss
+    (lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2), _X),
+    (lambda x: np.sum(np.fft.irfft(np.fft.rfft(x) * np.fft.rfft(_K), n=12) ** 2), _X),
+    (lambda x: np.sum(np.fft.irfft(np.fft.rfft(x), n=11) * np.cos(np.arange(11))), _X),
+    (lambda x: np.sum(np.abs(np.fft.rfft(x, n=20))) + np.sum(np.abs(np.fft.rfft(x, n=7))), _X),
+    (lambda x: np.sum(np.fft.fft(x, norm="ortho").real * np.arange(12)), _X),
+    (lambda x: np.sum(np.fft.ifft(x, norm="forward").imag * np.arange(12)), _X),
+    (lambda x: np.sum(np.real(np.fft.ifft(np.fft.fft(x) * np.exp(-np.arange(12.0)))) ** 2), _X),
+    (lambda x: np.sum(np.abs(np.fft.fftshift(np.fft.fft(x))) * np.arange(12)), _X),
+    (lambda x: np.sum(np.fft.ifftshift(x) * np.arange(12)), _X),
+    (lambda x: np.sum(np.fft.hfft(x[:7] + 1j * x[5:]) ** 2), _X),
+    (lambda x: np.sum(np.abs(np.fft.ihfft(x)) ** 2), _X),
+    (lambda y: np.sum(np.abs(np.fft.fft2(y)) ** 2 * np.arange(6)), _Y),
+    (lambda y: np.sum(np.fft.irfft2(np.fft.rfft2(y) * 0.5, s=y.shape) * y), _Y),
+    (lambda y: np.sum(np.abs(np.fft.fftn(y, axes=(0,)))), _Y),
+    (lambda y: np.sum(np.abs(np.fft.rfft(y, axis=0))), _Y),
+    (lambda y: np.sum(np.fft.irfftn(np.fft.rfftn(y)) ** 3), _Y),
+    (lambda y: np.sum(np.abs(np.fft.ifftn(y * 1j + 1, s=(5, 8), axes=(0, 1))) ** 2), _Y),
+    # complex arithmetic
+    (lambda x: np.abs(np.sum(np.exp(1j * x) * x)) ** 2, _X),
+    (lambda x: np.sum(np.real((x + 2j) / (x[::-1] - 1j * x) * (3 - 1j))), _X),
+    (lambda x: np.sum(np.angle(x[:6] + 1j * x[6:], deg=True)), _X),
+    (lambda x: np.sum(np.real(np.log(x + 3j)) + np.imag(np.sqrt(x - 0.5j))), _X),
+    (lambda x: np.sum(np.real(np.sqrt(-4 + x * 1j)) + np.imag(np.sqrt(-1 - 0.1j * x))), _X),
+    (lambda x: np.sum(np.abs((x + 1j) ** 3) + np.real((x + 1j) ** -2)), _X),
+    (lambda x: np.sum(np.real((x + 1j) ** 1.5) + np.imag(2.0 ** (x * 1j))), _X),
+    (lambda x: np.sum(np.real(np.sin(x + 1j)) * np.imag(np.cos(x - 0.5j))), _X),
+    (lambda x: np.sum(np.abs(_DFT @ x) ** 2) + np.sum(np.abs(x @ _DFT)), _X),
+    (lambda x: np.real(np.vdot(x + 1j, np.fft.fft(x))), _X),
+    (lambda x: np.real(np.sum(np.fft.fft(x) * np.conj(np.fft.fft(x ** 2)))), _X),
+    (lambda x: np.sum(np.abs(np.einsum("ij,j->i", _DFT, x * (1 + 1j))) ** 2), _X),
+    (lambda x: np.linalg.norm(np.fft.fft(x)) + np.linalg.norm(x * 1j, 1), _X),
+    (lambda y: np.sum(np.abs(np.concatenate([y * 1j, y]).reshape(6, 8).T[1:, ::2]) ** 2), _Y),
+    (lambda y: np.sum(np.abs(np.where(y > 0, y * 1j, y + 1j).mean(axis=0))), _Y),
+    (lambda y: np.sum(np.abs(np.pad(np.exp(1j * y), 1, constant_values=2j).sum(1))), _Y),
+    (lambda y: np.sum(np.real(np.stack([np.fft.fft(r) for r in y]).conj() ** 2)), _Y),
+])
+def test_complex_values_and_ffts_match_numpy_with_gradients(fn, x, backend):
+    value, g = adjit.value_and_grad(fn, backend=backend)(x)
+    np.testing.assert_allclose(value, fn(x), rtol=1e-10)
+    assert adjit.gradcheck(fn, x, backend=backend, eps=1e-6) < 1e-6
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: np.fft.rfft(x), lambda x: np.fft.fft(x * (1 + 0.5j), n=16, norm="ortho"),
+    lambda x: np.fft.ifft(x), lambda x: np.exp(1j * x) / (x + 1j),
+    lambda x: np.fft.fft2(x.reshape(3, 4)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_complex_results_come_back_complex_in_numpys_dtype(fn, dtype):
+    x = _X.astype(dtype)
+    got, want = adjit.compile(fn)(x), fn(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_complex_arguments_and_their_gradients():
+    """A complex argument is its two parts; its gradient is dL/dRe + i dL/dIm, the direction
+    of steepest ascent (PyTorch's convention: z -= lr * g descends)."""
+    z = _RNG.standard_normal(5) + 1j * _RNG.standard_normal(5)
+    A = _RNG.standard_normal((5, 5)) + 1j * _RNG.standard_normal((5, 5))
+
+    def loss(z):
+        return np.sum(np.abs(A @ z - 1) ** 2)
+    g = adjit.grad(loss)(z)
+    assert g.dtype == np.complex128
+    eps = 1e-6
+    want = [(loss(z + eps * e) - loss(z - eps * e)) / (2 * eps)
+            + 1j * (loss(z + 1j * eps * e) - loss(z - 1j * eps * e)) / (2 * eps)
+            for e in np.eye(5)]
+    np.testing.assert_allclose(g, want, rtol=1e-6)
+    np.testing.assert_allclose(adjit.compile(lambda z, w: np.fft.fft(z) * w)(z, 2 + 1j),
+                               np.fft.fft(z) * (2 + 1j), rtol=1e-12)
+    params = {"z": z, "x": np.ones(3)}
+    _, grads = adjit.value_and_grad(lambda p: np.sum(np.abs(p["z"]) ** 2) + np.sum(p["x"]))(params)
+    np.testing.assert_allclose(grads["z"], 2 * z)
+
+
+def test_ffts_inside_checkpointed_and_nested_transformations():
+    x = _RNG.standard_normal(32)
+
+    def deep(x):
+        for _ in range(10):
+            x = np.tanh(np.fft.irfft(np.fft.rfft(x) * (0.9 + 0.1j), n=32))
+        return np.sum(x ** 2)
+    plain = adjit.grad(deep)(x)
+    np.testing.assert_allclose(adjit.grad(deep, checkpoint="sqrt")(x), plain, rtol=1e-12)
+    np.testing.assert_allclose(adjit.grad(deep, backend="numba")(x), plain, rtol=1e-12)
+    assert adjit.gradcheck(deep, x, eps=1e-6) < 1e-6
+    # the power spectrum is quadratic: its Hessian is constant, 2 F^H F restricted to rfft
+    h = adjit.hessian(lambda x: np.sum(np.abs(np.fft.fft(x)) ** 2))(x[:6])
+    np.testing.assert_allclose(h, 12 * np.eye(6), atol=1e-12)
+
+
+def test_the_backward_of_an_fft_reads_as_the_inverse_transform():
+    src = adjit.grad(lambda x: np.sum(np.abs(np.fft.fft(x)) ** 2),
+                     backend="numpy").lower(np.ones(8)).source
+    assert "_rt_ops['fft'](v3, axis=1, inverse=False, norm='backward')" in src
+    assert "inverse=True, norm='forward')" in src      # the adjoint: the unscaled inverse
+
+
+def test_a_complex_loss_and_unsupported_complex_operations_name_the_line():
+    with pytest.raises(adjit.GradError, match=r"real scalar loss.*np\.abs\(z\) \*\* 2"):
+        adjit.grad(lambda x: np.sum(np.fft.fft(x)))(_X)
+    cases = [(lambda x: np.maximum(x * 1j, 0), r"np\.maximum of complex"),
+             (lambda x: np.sort(np.fft.fft(x)), r"np\.sort of complex"),
+             (lambda x: np.fft.fft(x) < 1, r"ordering comparison"),
+             (lambda x: np.fft.fft(x).astype(float), r"z\.real"),
+             (lambda x: np.real_if_close(np.fft.fft(x)), r"real_if_close")]
+    for fn, msg in cases:
+        with pytest.raises(adjit.UnsupportedError, match=msg) as info:
+            adjit.compile(fn)(_X)
+        assert "test_complex.py" in str(info.value)
+    with pytest.raises(TypeError, match="rfft of complex"):
+        adjit.compile(lambda x: np.fft.rfft(x * 1j))(_X)
