@@ -224,15 +224,38 @@ def device_ops(rt):
     def concatenate(*xs, axis):
         return xp.concatenate(xs, axis=axis)
 
+    # cuFFT through xp.fft; complex arrays are their parts (..., 2) (ir/ops.py)
+    def as_complex(x):
+        return xp.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[..., 0]
+
+    def as_parts(z, dtype):
+        z = xp.ascontiguousarray(z)
+        parts = z.view(z.real.dtype).reshape(z.shape + (2,))
+        return parts if parts.dtype == dtype else parts.astype(dtype)
+
     def fft(x, axis, inverse=False, norm="backward"):
-        # cuFFT through xp.fft on the complex view of the stacked parts
-        z = (xp.fft.ifft if inverse else xp.fft.fft)(x[0] + 1j * x[1], axis=axis - 1,
-                                                       norm=norm)
-        return xp.stack([z.real, z.imag]).astype(x.dtype, copy=False)
+        z = (xp.fft.ifft if inverse else xp.fft.fft)(as_complex(x), axis=axis, norm=norm)
+        return as_parts(z, x.dtype)
+
+    def cabs(x):
+        return xp.abs(as_complex(x))
+
+    def rfft(x, axis, norm="backward"):
+        named = isinstance(norm, str)
+        parts = as_parts(xp.fft.rfft(x, axis=axis, norm=norm if named else "backward"),
+                         x.dtype)
+        return parts if named else parts * x.dtype.type(norm)
+
+    def irfft(x, axis, n, norm="backward"):
+        named = isinstance(norm, str)
+        y = xp.fft.irfft(as_complex(x), n, axis=axis, norm=norm if named else "forward")
+        y = y.astype(x.dtype, copy=False)
+        return y if named else y * x.dtype.type(norm)
 
     ops = {name: od.numpy for name, od in OPS.items()}
     ops.update(unslice=unslice, scatter_add=scatter_add, one_hot=one_hot,
-               concatenate=concatenate, fft=fft)
+               concatenate=concatenate, fft=fft, rfft=rfft,
+               irfft=irfft, cabs=cabs)
     return ops
 
 

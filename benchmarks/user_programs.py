@@ -132,6 +132,17 @@ def ola(fr, window):
     return np.sum(y ** 2)
 
 
+def spectral(x, target):
+    # a spectral loss: magnitudes of the rfft of 512-sample frames against target magnitudes
+    return np.sum((np.abs(np.fft.rfft(x.reshape(-1, 512), axis=-1)) - target) ** 2)
+
+
+def fftconv(x, k):
+    # linear convolution by FFT, zero-padded to the full length
+    n = x.shape[0] + k.shape[0] - 1
+    return np.sum(np.fft.irfft(np.fft.rfft(x, n) * np.fft.rfft(k, n), n) ** 2)
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
@@ -169,7 +180,14 @@ def jax_mirrors(jax):
             y = y.at[i * hop:i * hop + n].add(fr[i] * window)
         return jnp.sum(y ** 2)
 
+    def j_fftconv(x, k):
+        n = x.shape[0] + k.shape[0] - 1
+        return jnp.sum(jnp.fft.irfft(jnp.fft.rfft(x, n) * jnp.fft.rfft(k, n), n) ** 2)
+
     return {
+        "spectral": lambda x, target: jnp.sum(
+            (jnp.abs(jnp.fft.rfft(x.reshape(-1, 512), axis=-1)) - target) ** 2),
+        "fftconv": j_fftconv,
         "fir": lambda x, k: jnp.sum(jnp.convolve(x, k, mode="same") ** 2),
         "frames": j_frames, "ola": j_ola,
         "gp": j_gp,
@@ -230,7 +248,14 @@ def torch_mirrors(torch):
             y[i * hop:i * hop + n] += fr[i] * window
         return torch.sum(y ** 2)
 
+    def t_fftconv(x, k):
+        n = x.shape[0] + k.shape[0] - 1
+        return torch.sum(torch.fft.irfft(torch.fft.rfft(x, n) * torch.fft.rfft(k, n), n) ** 2)
+
     return {
+        "spectral": lambda x, target: torch.sum(
+            (torch.abs(torch.fft.rfft(x.reshape(-1, 512), dim=-1)) - target) ** 2),
+        "fftconv": t_fftconv,
         "fir": t_fir,
         "frames": lambda x, window: torch.sum((x.unfold(0, 400, 160) * window) ** 2),
         "ola": t_ola,
@@ -284,6 +309,12 @@ def cases(quick, rng):
     nf = 60 if quick else 251
     out.append(("ola", f"{nf} frames of 512", ola, (rng.normal(size=(nf, 512)),),
                 {"window": np.hanning(512)}))
+    nf = 16 if quick else 128
+    out.append(("spectral", f"{nf} frames of 512", spectral, (rng.normal(size=nf * 512),),
+                {"target": rng.uniform(0, 20, size=(nf, 257))}))
+    n = 4000 if quick else 16000
+    out.append(("fftconv", f"n={n}, 1001 taps", fftconv, (rng.normal(size=n),),
+                {"k": rng.normal(size=1001)}))
     return out
 
 

@@ -5,7 +5,7 @@ adjit's IR is real. A complex value a traced function makes (`1j * x`, `np.exp(1
 real and imaginary parts, each a Tracer or a NumPy array, at least one traced. Complex
 arithmetic is spelled on the parts with the ordinary NumPy functions, so the gradient rules,
 fusion, checkpointing and every backend apply unchanged; Fourier transforms are the registry
-op `fft` on the parts stacked (2, ...). NumPy's np.fft functions also take real traced arrays.
+ops `fft`, `rfft` and `irfft` on the parts interleaved (..., 2). NumPy's np.fft functions also take real traced arrays.
 
 A function may return complex arrays (compile answers complex NumPy arrays, rebuilt from the
 two parts by the pytree layer); a loss for grad must be real (np.abs(z) ** 2, z.real, ...).
@@ -32,6 +32,16 @@ class ComplexTracer:
 
     def __init__(self, re, im):
         self.re, self.im = re, im
+        self._parts = None
+
+    def parts(self):
+        """The parts (..., 2) as one traced array: the transform's result this came from
+        while neither part has been written since, else the two stacked."""
+        if self._parts is not None:
+            whole, ids = self._parts
+            if (self.re.id, self.im.id) == ids:
+                return whole
+        return np.stack([self.re, self.im], axis=-1)
 
     # -- attributes ------------------------------------------------------------------------
     @property
@@ -321,8 +331,24 @@ def bilinear(f, a, b, conj_a=False, conj_b=False, **kw):
 
 
 def absolute(z):
+    """np.abs: np.hypot of the parts, computed by the registry op cabs (NumPy's vectorized
+    complex absolute on the parts' memory)."""
     re, im = split(z)
-    return np.abs(re) if im is None else np.hypot(re, im)
+    if im is None:
+        return np.abs(re)
+    if not isinstance(z, ComplexTracer):
+        z = make(re, im)
+        if not isinstance(z, ComplexTracer):
+            return np.abs(z)
+    parts = z.parts()
+    return parts.ctx.emit("cabs", [parts])
+
+
+def _from_parts(out):
+    """The ComplexTracer of a transform's result out (..., 2), remembering out."""
+    z = make(out[..., 0], out[..., 1])
+    z._parts = (out, (z.re.id, z.im.id))
+    return z
 
 
 def angle(z, deg=False):
@@ -622,8 +648,14 @@ def _c2c(a, n, axis, norm, inverse):
         raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
     re = _float(_resized(re, n, axis))
     im = np.zeros_like(re) if im is None else _float(_resized(im, n, axis))
-    out = F.fft(np.stack([re, im]), axis + 1, inverse, norm)
-    return make(out[0], out[1])
+    return _from_parts(F.fft(_parts_of(a, re, im), axis, inverse, norm))
+
+
+def _parts_of(a, re, im):
+    """The parts (..., 2) of re + 1j * im, which are a's own when untouched (no resizing)."""
+    if isinstance(a, ComplexTracer) and re is a.re and im is a.im:
+        return a.parts()
+    return np.stack([re, im], axis=-1)
 
 
 def fft(a, n=None, axis=-1, norm=None, out=None):
@@ -641,16 +673,18 @@ def rfft(a, n=None, axis=-1, norm=None, out=None):
     if is_complex(a):
         raise TypeError(f"np.fft.rfft of complex input{_at(user_where())} (as NumPy: use "
                         "np.fft.fft)")
+    norm = _norm_name(norm)
     axis = _axis(a, axis)
-    z = _c2c(a, n, axis, norm, False)
-    keep = z.shape[axis] // 2 + 1
-    return z[(slice(None),) * axis + (slice(0, keep),)]
+    n = np.shape(a)[axis] if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
+    return _from_parts(F.rfft(_float(_resized(a, n, axis)), axis, norm))
 
 
 def irfft(a, n=None, axis=-1, norm=None, out=None):
-    """The real signal of length n (default 2 * (m - 1)) whose spectrum's first half is a:
-    the Hermitian spectrum completed with the mirrored conjugates, then np.fft.ifft's real
-    part (which ignores the imaginary parts of the zero and Nyquist terms, as NumPy does)."""
+    """The real signal of length n (default 2 * (m - 1)) whose spectrum's first half is a
+    (cut or zero-padded to n // 2 + 1 terms; the imaginary parts of the zero and Nyquist terms
+    are ignored, as NumPy does)."""
     _no_out(out, "np.fft.irfft")
     axis = _axis(a, axis)
     m_in = np.shape(split(a)[0])[axis]
@@ -659,12 +693,8 @@ def irfft(a, n=None, axis=-1, norm=None, out=None):
         raise ValueError(f"Invalid number of FFT data points ({n}) specified.")
     m = n // 2 + 1
     re, im = _both(a)
-    re, im = _resized(re, m, axis), _resized(im, m, axis)
-    # spectrum index k in [m, n) holds conj(a[n - k]): a[n - m], ..., a[1]
-    tail = np.arange(n - m, 0, -1)
-    full_re = np.concatenate([re, np.take(re, tail, axis=axis)], axis=axis)
-    full_im = np.concatenate([im, -np.take(im, tail, axis=axis)], axis=axis)
-    return _c2c(make(full_re, full_im), n, axis, norm, True).re
+    re, im = _float(_resized(re, m, axis)), _float(_resized(im, m, axis))
+    return F.irfft(_parts_of(a, re, im), axis, n, _norm_name(norm))
 
 
 def hfft(a, n=None, axis=-1, norm=None, out=None):

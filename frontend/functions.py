@@ -1208,11 +1208,27 @@ def correlate(a, v, mode="valid"):
 
 
 def fft(x, axis, inverse=False, norm="backward"):
-    """The DFT (inverse: the inverse DFT) along `axis` (>= 1) of the complex array
-    x[0] + 1j * x[1] of the real stack x, in the same form (registry op fft)."""
+    """The DFT (inverse: the inverse DFT) along `axis` of the complex array whose parts x
+    (..., 2) holds, answered as parts (registry op fft)."""
     if not isinstance(x, Tracer):
         return OPS["fft"].numpy(np.asarray(x), axis, inverse, norm)
     return x.ctx.emit("fft", [x], {"axis": int(axis), "inverse": bool(inverse), "norm": norm})
+
+
+def rfft(x, axis, norm="backward"):
+    """np.fft.rfft of the real array x along axis, as parts (..., 2) (registry op rfft).
+    norm: np.fft's name, or a float scaling the unnormalized transform (the VJPs')."""
+    if not isinstance(x, Tracer):
+        return OPS["rfft"].numpy(np.asarray(x), axis, norm)
+    return x.ctx.emit("rfft", [x], {"axis": int(axis), "norm": norm})
+
+
+def irfft(x, axis, n, norm="backward"):
+    """np.fft.irfft(z, n, axis) of the half spectrum z (n // 2 + 1 terms along axis) whose
+    parts x (..., 2) holds: a real array (registry op irfft); norm as rfft's."""
+    if not isinstance(x, Tracer):
+        return OPS["irfft"].numpy(np.asarray(x), axis, n, norm)
+    return x.ctx.emit("irfft", [x], {"axis": int(axis), "n": int(n), "norm": norm})
 
 
 def matmul(x, y):

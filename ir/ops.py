@@ -790,20 +790,32 @@ _register(OpDef(
         "np.convolve and np.correlate in every mode"))
 
 
-# -- discrete Fourier transform of complex arrays held as their parts stacked (2, ...) --------
-# The IR is real: a complex array z is the real array np.stack([z.real, z.imag])
-# (frontend/complex.py). fft along one axis of z (axis counts in the stacked array, >= 1) is
-# linear, and its adjoint under the real inner product is the complex adjoint: the conjugate
-# DFT, i.e. the transform the other way with the scaling on the other side ("backward" <->
-# "forward"; "ortho" is unitary).
+# -- discrete Fourier transforms of complex arrays held as their parts (..., 2) -----------------
+# The IR is real: a complex array z is the real array of its parts interleaved along a last axis
+# of length 2 (NumPy's memory layout of complex numbers, so a transform's result is viewed as
+# parts without a copy); frontend/complex.py keeps z's real and imaginary parts apart and
+# stacks them for a transform. `axis` counts in z. fft along one axis is linear, and its
+# adjoint under the real inner product is the complex adjoint: the conjugate DFT, i.e. the
+# transform the other way with the scaling on the other side ("backward" <-> "forward";
+# "ortho" is unitary).
 _FFT_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
+def as_complex(x):
+    """The complex array whose parts x (..., 2) holds (a view where x is contiguous)."""
+    return np.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[..., 0]
+
+
+def as_parts(z, dtype):
+    """The parts (..., 2) of the complex array z, in dtype (a view of a contiguous z)."""
+    z = np.ascontiguousarray(z)
+    parts = z.view(z.real.dtype).reshape(z.shape + (2,))
+    return parts if parts.dtype == dtype else parts.astype(dtype)
+
+
 def _fft(x, axis, inverse=False, norm="backward"):
-    z = (np.fft.ifft if inverse else np.fft.fft)(x[0] + 1j * x[1], axis=axis - 1, norm=norm)
-    out = np.empty(x.shape, x.dtype)
-    out[0], out[1] = z.real, z.imag
-    return out
+    z = (np.fft.ifft if inverse else np.fft.fft)(as_complex(x), axis=axis, norm=norm)
+    return as_parts(z, x.dtype)
 
 
 _register(OpDef(
@@ -818,9 +830,107 @@ _register(OpDef(
     flops=lambda out, ins, a: 5 * _numel(out) // 2 * max(1, int(ins[0][a["axis"]]).bit_length()),
     show=lambda a: f"axis={a['axis']}{' inverse' if a.get('inverse') else ''}"
                    f"{'' if a.get('norm', 'backward') == 'backward' else ' ' + a['norm']}",
-    doc="np.fft.fft (inverse: np.fft.ifft) along axis - 1 of the complex array x[0] + 1j * "
-        "x[1], answered in the same stacked form: the frontend's np.fft functions and "
-        "complex arrays (frontend/complex.py)"))
+    doc="np.fft.fft (inverse: np.fft.ifft) along axis of the complex array whose parts x "
+        "(..., 2) holds, answered as parts: the frontend's np.fft functions and complex "
+        "arrays (frontend/complex.py)"))
+
+
+# np.fft.rfft of a real array -> the parts (..., n // 2 + 1, ..., 2) of its half spectrum, and
+# np.fft.irfft back. With U the unnormalized transforms and s the norm's scale (1, 1/sqrt(n) or
+# 1/n), rfft = s U_r2c and irfft = s' U_c2r, where U_c2r(c)_j = Re c_0 + 2 sum_{0<k<n/2}
+# Re(c_k e^{2 pi i kj/n}) + Re c_{n/2} (-1)^j. Their adjoints are each other with the half
+# spectrum weighted: rfft's cotangent c gives s U_c2r(c w_half) (w_half = 1/2 except at the
+# zero and Nyquist terms, which U_c2r counts once), irfft's cotangent y gives
+# s' w_double U_r2c(y) (w_double = 2 except there); the imaginary parts irfft ignores get 0.
+# `norm` is np.fft's name, or a number: the scale on the unnormalized transform (the VJPs').
+def _half_weights(n, m, axis, ndim, dtype, double):
+    """The weights over the m terms along axis of parts with ndim dimensions (the last the
+    parts' 2)."""
+    w = np.full(m, 2.0 if double else 0.5, dtype)
+    w[0] = 1.0
+    if n % 2 == 0 and m > 1:
+        w[-1] = 1.0
+    return w.reshape((m,) + (1,) * (ndim - 1 - axis))
+
+
+def _unnormed(norm, n, inverse):
+    """The scale a transform with `norm` puts on the unnormalized one (np.fft's convention:
+    "backward" scales the inverse by 1/n, "forward" the forward one, "ortho" both by n**-0.5)."""
+    if norm == "ortho":
+        return n ** -0.5
+    return 1.0 / n if (norm == "backward") == inverse else 1.0
+
+
+def _rfft(x, axis, norm="backward"):
+    if isinstance(norm, str):
+        return as_parts(np.fft.rfft(x, axis=axis, norm=norm), x.dtype)
+    return as_parts(np.fft.rfft(x, axis=axis), x.dtype) * np.asarray(norm, x.dtype)
+
+
+def _irfft(x, axis, n, norm="backward"):
+    if isinstance(norm, str):
+        y = np.fft.irfft(as_complex(x), n, axis=axis, norm=norm)
+    else:
+        y = np.fft.irfft(as_complex(x), n, axis=axis, norm="forward") * np.asarray(norm, x.dtype)
+    return y.astype(x.dtype, copy=False)
+
+
+def _rfft_vjp(g, out, x, axis, norm="backward"):
+    n = x.shape[axis]
+    w = _half_weights(n, g.shape[axis], axis, g.ndim, x.dtype, False)
+    return [F.irfft(F.mul(g, w), axis, n, float(_unnormed(norm, n, False)))]
+
+
+def _irfft_vjp(g, out, c, axis, n, norm="backward"):
+    w = _half_weights(n, c.shape[axis], axis, c.ndim, g.dtype, True)
+    return [F.mul(F.rfft(g, axis, float(_unnormed(norm, n, True))), w)]
+
+
+def _cabs_share(x, out):
+    out = F.reshape(out, tuple(out.shape) + (1,))
+    return _hypot_share(x, F.broadcast_to(out, x.shape))
+
+
+_register(OpDef(
+    "cabs", 1, "matmul", lambda s, a: tuple(s[0][:-1]), first_dtype,
+    lambda x: np.abs(as_complex(x)),
+    lambda g, out, x: [F.mul(F.broadcast_to(F.reshape(g, tuple(g.shape) + (1,)), x.shape),
+                             _cabs_share(x, out))],
+    lambda t, out, x: F.sum(F.mul(t[0], _cabs_share(x, out)), axis=-1),
+    "_rt_ops['cabs']({0})",
+    flops=lambda out, ins, a: 8 * _numel(out), guard=True,
+    doc="np.abs of the complex array whose parts x (..., 2) holds: np.hypot of the parts, "
+        "computed by NumPy's vectorized complex absolute (np.hypot calls the C library per "
+        "element, 20x slower); the gradient is hypot's"))
+
+
+def _norm_literal(norm):
+    # one of np.fft's three names or a float: written as a Python literal
+    return repr(norm) if isinstance(norm, str) else repr(float(norm))
+
+
+_register(OpDef(
+    "rfft", 1, "matmul", lambda s, a: tuple(s[0][:a["axis"]]) + (
+        s[0][a["axis"]] // 2 + 1,) + tuple(s[0][a["axis"] + 1:]) + (2,), first_dtype,
+    _rfft, _rfft_vjp,
+    lambda t, out, x, axis, norm="backward": F.rfft(t[0], axis, norm),
+    lambda args, a: f"_rt_ops['rfft']({args[0]}, axis={int(a['axis'])}, "
+                    f"norm={_norm_literal(a.get('norm', 'backward'))})",
+    flops=lambda out, ins, a: 5 * _numel(ins[0]) // 2 * max(
+        1, int(ins[0][a["axis"]]).bit_length()),
+    show=lambda a: f"axis={a['axis']} {a.get('norm', 'backward')}",
+    doc="np.fft.rfft of a real array along axis, answered as parts (..., 2)"))
+_register(OpDef(
+    "irfft", 1, "matmul", lambda s, a: tuple(s[0][:a["axis"]]) + (a["n"],) + tuple(
+        s[0][a["axis"] + 1:-1]), first_dtype,
+    _irfft, _irfft_vjp,
+    lambda t, out, x, axis, n, norm="backward": F.irfft(t[0], axis, n, norm),
+    lambda args, a: f"_rt_ops['irfft']({args[0]}, axis={int(a['axis'])}, n={int(a['n'])}, "
+                    f"norm={_norm_literal(a.get('norm', 'backward'))})",
+    flops=lambda out, ins, a: 5 * _numel(out) // 2 * max(1, int(a["n"]).bit_length()),
+    show=lambda a: f"axis={a['axis']} n={a['n']} {a.get('norm', 'backward')}",
+    doc="np.fft.irfft(z, n, axis) of the half spectrum z (n // 2 + 1 terms along axis) whose "
+        "parts x (..., 2) holds: a real array"))
 
 
 # -- linear algebra on stacks of (..., n, n) matrices (frontend/linalg.py builds them) --------

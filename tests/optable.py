@@ -280,6 +280,14 @@ TABLE.update({
         np.fft.irfft(np.fft.rfft(x, axis=0) * (1 + 2j), n=len(x), axis=0).ravel(),
         np.fft.fft2(x * 1j + 1).real.ravel() if x.ndim == 2 else np.fft.hfft(x, 6)]),
         "inputs": [[((5,), "any")], [((4, 3), "any")], [((1,), "any")]]},
+    "rfft": {"fn": lambda x: np.fft.rfft(x, axis=0, norm="ortho").imag * 2 + np.fft.rfft(
+        x, axis=0).real, "inputs": [[((6,), "any")], [((5, 3), "any")]]},
+    "irfft": {"fn": lambda x: np.fft.irfft(x * (1 - 0.5j), axis=0) + np.fft.irfft(
+        x * 1j, n=2 * len(x) - 1, axis=0, norm="forward")[:2 * len(x) - 2],
+        "inputs": [[((4,), "any")], [((3, 2), "any")]]},
+    # np.abs of a complex array (away from 0, where it has a kink)
+    "cabs": {"fn": lambda x, y: np.abs(x + 1j * y) + np.abs(np.fft.rfft(x)[..., :1]) * 0.5,
+             "inputs": [[((5,), "away0"), ((5,), "any")], [((2, 3), "any"), ((2, 3), "away0")]]},
     # reached through det's derivative; reached directly here
     "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},

@@ -113,7 +113,7 @@ def test_ffts_inside_checkpointed_and_nested_transformations():
 def test_the_backward_of_an_fft_reads_as_the_inverse_transform():
     src = adjit.grad(lambda x: np.sum(np.abs(np.fft.fft(x)) ** 2),
                      backend="numpy").lower(np.ones(8)).source
-    assert "_rt_ops['fft'](v3, axis=1, inverse=False, norm='backward')" in src
+    assert "_rt_ops['fft'](v3, axis=0, inverse=False, norm='backward')" in src
     assert "inverse=True, norm='forward')" in src      # the adjoint: the unscaled inverse
 
 
