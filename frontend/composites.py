@@ -9,6 +9,8 @@ from __future__ import annotations
 import builtins
 import math
 
+import operator
+
 import numpy as np
 
 from ..ir.errors import OutOfBoundsError, ShapeError, UnsupportedError
@@ -702,7 +704,12 @@ def kron(a, b):
 
 
 def matrix_power(m, n):
-    n = int(n)
+    if isinstance(n, Tracer):
+        n._concrete("np.linalg.matrix_power's exponent")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"exponent must be an integer{_at(user_where())} (as NumPy)") from None
     shape = tuple(_shape_of(m))
     if n < 0:
         from .linalg import inv
@@ -868,8 +875,10 @@ def modf(x):
     from .numeric import trunc
     x = _as_dtype(x, np.modf(np.ones((), F._dtype_of(x)))[0].dtype)   # ints: NumPy's loop
     whole = trunc(x)
-    frac = F.where(isinf(x), F.zeros_like(x), F.sub(x, whole))
-    return copysign(frac, x), whole
+    # x - whole is +0.0 at a negative integer, where NumPy's is -0.0: -(whole - x) there and
+    # for every negative x, so the derivative is 1 everywhere (copysign's would flip it)
+    frac = F.where(signbit(x), F.neg(F.sub(whole, x)), F.sub(x, whole))
+    return F.where(isinf(x), copysign(F.zeros_like(x), x), frac), whole
 
 
 def copysign(x, y):

@@ -109,6 +109,14 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
     return s if initial is None else F.add(s, initial)
 
 
+def _any_all(reduce, a, axis, out, keepdims, where):
+    _no_out(reduce.__name__.rstrip("_"), out)
+    if where is not True:     # the elements outside the mask count as the identity
+        a = C.logical_and(a, where) if reduce is C.any_ else \
+            C.logical_or(a, C.logical_not(where))
+    return reduce(a, axis, keepdims)
+
+
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_out("prod", out)
     return C.prod(_masked(a, where, 1), axis, keepdims, dtype, initial)
@@ -281,13 +289,46 @@ def _transposed_upstream(t):
     return memo[t.id]
 
 
+_NP_CLIP = np.clip     # NumPy's own (np.clip is patched while tracing: _taking_lists)
+
+
 def _clip(x, a_min=None, a_max=None, out=None, **kw):
+    """np.clip, NumPy's ufunc: where= keeps out's values (zeros without out=) where the mask
+    is False, dtype= computes in that dtype (its inputs cast same_kind)."""
+    where, dtype = kw.pop("where", True), kw.pop("dtype", None)
+    casting = kw.get("casting", "same_kind")
+    if where is not True:
+        r = _clip(x, a_min, a_max, dtype=dtype, **kw)
+        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        value = B.resolve(target) if target is not None else None
+        rest = F.zeros_like(r) if target is None else F.cast(value, F._dtype_of(r)) \
+            if isinstance(value, Tracer) else np.asarray(value, F._dtype_of(r))
+        r = F.where(where, r, rest)
+        if target is None:
+            return r
+        _store_out(out, r, "np.clip", casting)
+        return out
     if out is not None:
-        _store_out(out, _clip(x, a_min, a_max, **kw), "np.clip", kw.get("casting", "same_kind"))
+        _store_out(out, _clip(x, a_min, a_max, dtype=dtype, **kw), "np.clip", casting)
         return out
     lo, hi = kw.get("min", a_min), kw.get("max", a_max)
     if isinstance(x, (int, float)) and not isinstance(x, np.generic):
         x = np.asarray(x)    # NumPy makes the clipped value an array: strong, not weak
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        for v in (x, lo, hi):
+            if v is not None:
+                _check_cast(v, np.empty(0, dt), casting, f"np.clip(..., dtype={dt})")
+        x = F.cast(x, dt) if isinstance(B.resolve(x), Tracer) else np.asarray(x, dt)
+        lo = lo if lo is None or _weak_number(lo) else (
+            F.cast(lo, dt) if isinstance(B.resolve(lo), Tracer) else np.asarray(lo, dt))
+        hi = hi if hi is None or _weak_number(hi) else (
+            F.cast(hi, dt) if isinstance(B.resolve(hi), Tracer) else np.asarray(hi, dt))
+    dt = F._dtype_of(B.resolve(x))
+    if dt.kind in "iu":
+        # NumPy 2 clips int8 values to Python-int bounds beyond int8's range (as the range)
+        info = np.iinfo(dt)
+        lo, hi = (min(max(b, info.min), info.max) if type(b) is int else b for b in (lo, hi))
     if lo is not None:
         x = F.maximum(x, lo)
     if hi is not None:
@@ -298,6 +339,7 @@ def _clip(x, a_min=None, a_max=None, out=None, **kw):
 def _norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm: vector p-norms, and the Frobenius, 1, inf, 2, -2 and nuclear norms of
     matrices (the last three from the singular values)."""
+    _static_ord(ord)
     if F._dtype_of(x).kind in "biu":
         x = F.cast(x, np.float64)      # as NumPy: squares of uint8 pixels do not wrap
     nd = len(F._shape_of(x))
@@ -632,7 +674,10 @@ FUNCTIONS = {
     np.tril: C.tril, np.linalg.matrix_power: C.matrix_power, np.convolve: C.convolve,
     np.correlate: C.correlate, np.nansum: C.nansum, np.nanmean: C.nanmean,
     np.nanmax: C.nanmax, np.nanmin: C.nanmin, np.count_nonzero: C.count_nonzero,
-    np.any: C.any_, np.all: C.all_, np.copy: lambda a, *args, **kw: a.copy_(),
+    np.any: lambda a, axis=None, out=None, keepdims=False, *, where=True: _any_all(
+        C.any_, a, axis, out, keepdims, where),
+    np.all: lambda a, axis=None, out=None, keepdims=False, *, where=True: _any_all(
+        C.all_, a, axis, out, keepdims, where), np.copy: lambda a, *args, **kw: a.copy_(),
     np.append: _append,
     np.rot90: _rot90,
     np.flip: F.flip, np.argmax: _argmax, np.argmin: functools.partial(_argmax, neg=True),
@@ -752,8 +797,14 @@ def _float_norm_input(x):
     return F.cast(x, np.float64) if F._dtype_of(x).kind in "biu" else x
 
 
+def _static_ord(ord):
+    if isinstance(B.resolve(ord), Tracer):
+        B.resolve(ord)._concrete("the norm's ord= (which norm to take)")
+
+
 def _vector_norm(x, axis=None, keepdims=False, ord=2):
     """np.linalg.vector_norm: the axes (all by default, or a tuple) taken as one vector."""
+    _static_ord(ord)
     x = _float_norm_input(x)
     shape = F._shape_of(x)
     axes = tuple(range(len(shape))) if axis is None else F._axes(x, axis)
@@ -891,6 +942,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
         r = array_ufunc(ufunc, method, inputs, kwargs)
         target_value = B.resolve(target) if target is not None else None
+        if target is not None and F._dtype_of(target_value) != F._dtype_of(r):
+            # np.greater(a, b, out=float_array, where=m): the kept values keep out's dtype
+            _check_cast(r, target_value, casting, f"np.{ufunc.__name__}(..., out=x)")
+            r = F.cast(r, F._dtype_of(target_value))
         rest = F.zeros_like(r) if target is None else F.cast(target_value, F._dtype_of(r)) \
             if isinstance(target_value, Tracer) else np.asarray(target_value, F._dtype_of(r))
         r = F.where(where, r, rest)
@@ -1231,9 +1286,10 @@ def _xlogy(log):
     def xlogy(x, y):
         """x * log(y), 0 where x == 0 unless y is NaN (scipy.special.xlogy). Its derivative in
         x is log(y) at x == 0 too (JAX, PyTorch): only an infinite log(y) is replaced there,
-        so the product is 0 and not NaN."""
+        so the product is 0 and not NaN; so is the NaN of a negative y (SciPy's 0 too)."""
         ly = log(y)
-        return F.mul(x, F.where(C.logical_and(F.eq(x, 0), C.isinf(ly)), 0.0, ly))
+        bad = C.logical_and(C.logical_not(C.isfinite(ly)), C.logical_not(C.isnan(y)))
+        return F.mul(x, F.where(C.logical_and(F.eq(x, 0), bad), 0.0, ly))
     return xlogy
 
 
@@ -1534,7 +1590,7 @@ def array_function(func, args, kwargs):
     if func in CX.FFT or CX.involves(args):
         return CX.array_function(func, args, kwargs)
     out = kwargs.get("out")
-    if out is not None and func in FUNCTIONS:
+    if out is not None and func in FUNCTIONS and func is not _NP_CLIP:   # its where= reads out
         # np.clip(x, lo, hi, out=x) and the like: computed, then stored like x[...] = result
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         _store_out(out, array_function(func, args, kwargs), f"np.{_np_name(func)}",
@@ -1734,9 +1790,12 @@ def _install():
                                                                           mode)
     T.ptp = lambda s, axis=None, keepdims=False: C.ptp(s, axis, keepdims)
     T.searchsorted = lambda s, v, side="left", sorter=None: N.searchsorted(s, v, side, sorter)
-    T.any = lambda s, axis=None, keepdims=False: C.any_(s, axis, keepdims)
-    T.all = lambda s, axis=None, keepdims=False: C.all_(s, axis, keepdims)
-    T.argsort = lambda s, axis=-1, kind=None: F.argsort(s, axis)
+    # the methods with NumPy's whole signature go through the functions (where=, out=,
+    # stable=: supported or refused naming the line there)
+    own = {n: getattr(np, n) for n in ("any", "all", "argsort", "sort")}   # not the patches
+    T.any = lambda s, *a, **k: array_function(own["any"], (s,) + a, k)
+    T.all = lambda s, *a, **k: array_function(own["all"], (s,) + a, k)
+    T.argsort = lambda s, *a, **k: array_function(own["argsort"], (s,) + a, k)
     T.compress = lambda s, condition, axis=None, out=None: _compress(condition, s, axis, out)
     T.put = lambda s, indices, values, mode="raise": _put(s, indices, values, mode)
     # a sort is a valid partition (np.partition is C.sort too)
@@ -1757,8 +1816,7 @@ def _install():
     for name in ("sum", "prod", "mean", "max", "min", "std", "var", "cumsum", "cumprod",
                  "round", "dot", "clip", "argmax", "argmin"):
         setattr(T, name, _method_out(name, getattr(T, name)))
-    T.sort = lambda s, axis=-1, kind=None, order=None: _setitem(s, Ellipsis,
-                                                                C.sort(s, axis))
+    T.sort = lambda s, *a, **k: _setitem(s, Ellipsis, array_function(own["sort"], (s,) + a, k))
     T.fill = lambda s, value: _setitem(s, Ellipsis, value)
     T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
     T.imag = property(lambda s: F.zeros_like(s))
@@ -2265,6 +2323,8 @@ def _setitem(s, k, v):
         # them distinct (one-hot rows t[np.arange(n), y] = 1), as there is then no
         # last-write-wins order to follow
         arrays, tkey, shape, unique = traced
+        if not unique and _sequential_writes(s, k, v):
+            return
         if not unique:
             raise UnsupportedError(
                 f"assigning at positions computed from traced values{_at(user_where())}: "
@@ -2276,6 +2336,29 @@ def _setitem(s, k, v):
         s.assign(F.where(F.ne(hit, 0), put, s))
         return
     s.assign_at(*F.index_target(s, k, v))
+
+
+_SEQUENTIAL_MAX = 64
+
+
+def _sequential_writes(s, k, v):
+    """x[idx] = v with a few traced positions idx (1-d, first in the key) that may repeat, as
+    a row swap A[[k, p]] = A[[p, k]] with p from argmax: one write per position in order, so
+    a repeated position takes the last value as NumPy's loop does. -> whether it was done."""
+    key = k if isinstance(k, tuple) else (k,)
+    first = B.resolve(key[0])
+    if not isinstance(first, Tracer) or first.ndim != 1 or first.dtype.kind not in "iu" or \
+            not 0 < first.shape[0] <= _SEQUENTIAL_MAX or any(
+                _holds_tracer(part) or not isinstance(part, (slice, int, type(Ellipsis)))
+                for part in key[1:]):
+        return False
+    target_shape = np.empty(s.shape)[(np.zeros(first.shape[0], np.intp),) + key[1:]].shape
+    val = B.resolve(v)
+    val = F.broadcast_to(val, target_shape) if isinstance(val, Tracer) else \
+        np.broadcast_to(np.asarray(val), target_shape)
+    for i in range(first.shape[0]):
+        _setitem(s, (first[i],) + key[1:], val[i])
+    return True
 
 
 def _store(s, r, what, casting="same_kind"):

@@ -362,7 +362,8 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
         return _empty_nan(a, axis, keepdims)
     kq, pick, _, finish = _nan_sorted(a, axis, (), keepdims)
     lo, hi = pick(N.floor_divide(F.sub(kq, 1), 2)), pick(N.floor_divide(kq, 2))
-    return finish(F.div(F.add(lo, hi), 2))
+    # an odd count's middle value itself, as NumPy (its mean with itself can overflow)
+    return finish(F.where(F.eq(lo, hi), lo, F.div(F.add(lo, hi), 2)))
 
 
 # -- NaN-aware moments and arg-extremes -------------------------------------------------------

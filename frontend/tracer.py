@@ -604,8 +604,9 @@ class Tracer:
             raise TraceError(
                 f"a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
                 "only hold numbers. adjit follows float arrays created inside the function "
-                "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms); "
-                "create the array there (an integer or boolean array cannot hold traced "
+                "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms), "
+                "not the constructor np.ndarray(shape) (write np.empty(shape)); create the "
+                "array there (an integer or boolean array cannot hold traced "
                 "values: make it float), or collect the values in a list and np.stack them. "
                 "A copy of an array from outside made by a method (X.copy(), X.astype(float), "
                 "X * 1.0) is a plain NumPy array: copy it with np.array(X) or np.copy(X). "
@@ -695,7 +696,7 @@ class Tracer:
     def __array__(self, dtype=None, copy=None):
         self._concrete("converting to a concrete NumPy array (np.asarray, .item, printing)")
 
-    def item(self):
+    def item(self, *args):
         self._concrete(".item()")
 
     def __copy__(self):

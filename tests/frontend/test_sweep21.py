@@ -1,0 +1,130 @@
+"""Regressions from the tenth session (sweep 21: MyGrad's, Chainer's, JAX's linalg/einsum and
+PyTorch's OpInfo tests ported, special values, loop-heavy code)."""
+import numpy as np
+import pytest
+
+import adjit
+
+_A = np.array([-2.0, -0.3, 0.2, 0.9])
+
+
+def test_modf_has_derivative_one_at_negative_integers_and_keeps_numpys_signs():
+    x = np.array([-2.0, -1.0, -0.0, 2.0, -2.5, np.inf, -np.inf, np.nan, 3.7, 0.0])
+    frac, whole = adjit.compile(np.modf)(x)
+    want_frac, want_whole = np.modf(x)
+    np.testing.assert_array_equal(frac, want_frac)
+    np.testing.assert_array_equal(np.signbit(frac), np.signbit(want_frac))
+    np.testing.assert_array_equal(whole, want_whole)
+    np.testing.assert_array_equal(
+        adjit.grad(lambda v: np.sum(np.modf(v)[0]))(np.array([-2.0, -1.0, -0.0, 2.0, -2.5])), 1.0)
+
+
+def _clip_into_zeros(a):
+    o = np.zeros_like(a)
+    np.clip(a, -0.5, 0.5, where=a > 0, out=o)
+    return o
+
+
+def _clip_the_negatives(a):
+    c = a.copy()
+    np.clip(c, -0.5, 0.5, out=c, where=c < 0)
+    return c
+
+
+def _clip_method_where(a):
+    c = a.copy()
+    c.clip(-0.2, 0.2, out=c, where=c > 0)
+    return c
+
+
+def _greater_into_floats(a):
+    o = np.full_like(a, 7.0)
+    np.greater(a, 0.5, out=o, where=a > 0)
+    return o
+
+
+@pytest.mark.parametrize("fn, grad", [(_clip_into_zeros, [0, 0, 1, 0]),
+                                      (_clip_the_negatives, [0, 1, 1, 1]),
+                                      (_clip_method_where, None), (_greater_into_floats, None)])
+def test_clip_and_predicates_with_where_keep_out_where_the_mask_is_false(fn, grad):
+    np.testing.assert_array_equal(adjit.compile(fn)(_A), fn(_A))
+    if grad is not None:
+        np.testing.assert_array_equal(adjit.grad(lambda a: np.sum(fn(a)))(_A), grad)
+
+
+def test_clip_takes_dtype_and_integer_bounds_beyond_the_dtype():
+    assert adjit.compile(lambda a: np.clip(a, 0, 1, dtype=np.float32))(_A).dtype == np.float32
+    a = np.array([-100, 5, 100], np.int8)
+    for fn in (lambda a: np.clip(a, -1000, 50), lambda a: a.clip(-5, 300)):
+        r = adjit.compile(fn)(a)
+        assert r.dtype == np.int8
+        np.testing.assert_array_equal(r, fn(a))
+
+
+def test_gaussian_elimination_with_row_swaps_by_argmax():
+    """A[[k, p]] = A[[p, k]] with p from argmax: one write per position, in order."""
+    def logdet(A):
+        A = A.copy()
+        for k in range(A.shape[0] - 1):
+            p = k + np.argmax(np.abs(A[k:, k]))
+            A[[k, p]] = A[[p, k]]
+            A[k + 1:] -= np.outer(A[k + 1:, k] / A[k, k], A[k])
+        return np.sum(np.log(np.abs(np.diag(A))))
+    A = np.random.default_rng(0).normal(size=(5, 5))
+    np.testing.assert_allclose(adjit.compile(logdet)(A), np.linalg.slogdet(A)[1], rtol=1e-12)
+    np.testing.assert_allclose(adjit.grad(logdet)(A), np.linalg.inv(A).T, atol=1e-12)
+
+    def repeated(x):
+        y = np.zeros(4)
+        i = np.argmax(x)
+        y[[i, i, 0]] = x[:3]
+        return y
+    x = np.array([0.3, 2.0, 1.0, 0.5])
+    np.testing.assert_array_equal(adjit.compile(repeated)(x), repeated(x))
+
+
+def test_matrix_power_refuses_a_float_exponent_as_numpy():
+    with pytest.raises(TypeError, match="exponent must be an integer"):
+        adjit.compile(lambda a: np.linalg.matrix_power(a, 2.7))(np.eye(2))
+    np.testing.assert_array_equal(
+        adjit.compile(lambda a: np.linalg.matrix_power(a, np.int64(3)))(2 * np.eye(2)), 8 * np.eye(2))
+
+
+def test_norm_with_a_traced_ord_asks_for_a_static_argument():
+    with pytest.raises(adjit.TraceError, match="ord="):
+        adjit.compile(lambda x, p: np.linalg.norm(x, ord=p))(np.ones(3), 2)
+    assert adjit.compile(lambda x, p: np.linalg.norm(x, ord=p), static_argnums=1)(
+        np.ones(4), 1) == 4.0
+
+
+def test_array_methods_take_numpys_keywords():
+    m = np.array([True, False, True, True])
+    cases = [lambda a: (a > 0).all(where=m), lambda a: (a > 0).any(axis=0, where=~m),
+             lambda a: np.all(a > -1, where=m), lambda a: a.argsort(stable=True),
+             lambda a: a.argsort(axis=0, kind="stable"),
+             lambda a: (a.reshape(2, 2) > 0).all(1, keepdims=True)]
+    for fn in cases:
+        np.testing.assert_array_equal(adjit.compile(fn)(_A), fn(_A))
+
+    def sort_stable(a):
+        c = a.copy()
+        c.sort(stable=True)
+        return c
+    np.testing.assert_array_equal(adjit.compile(sort_stable)(_A), np.sort(_A))
+    with pytest.raises(adjit.TraceError, match=r"\.item\(\)"):
+        adjit.compile(lambda a: a.item(1))(_A)
+
+
+def test_xlogy_is_zero_at_x_zero_for_every_y_but_nan():
+    sp = pytest.importorskip("scipy.special")
+    x = np.array([0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0])
+    y = np.array([-1.0, -np.inf, np.nan, 0.0, 2.0, -1.0, 3.0])
+    np.testing.assert_array_equal(adjit.compile(sp.xlogy)(x, y), sp.xlogy(x, y))
+    np.testing.assert_array_equal(adjit.compile(sp.xlog1py)(x, y - 1), sp.xlog1py(x, y - 1))
+
+
+def test_nanmedian_of_an_odd_count_is_the_middle_value_itself():
+    x = np.array([1e308, np.nan, 1e308, 3.0])
+    assert adjit.compile(np.nanmedian)(x) == 1e308
+    np.testing.assert_array_equal(adjit.grad(np.nanmedian)(np.array([3.0, np.nan, 1.0, 2.0])),
+                                  [0, 0, 0, 1])
