@@ -3,7 +3,7 @@
 Letters in both operands and the output are batch axes, in both but not the output are
 contracted (the matmul's inner axis), in one operand only are free (or summed first when the
 output lacks them). A letter repeated in one operand takes a diagonal; '...' becomes letters;
-three or more operands contract left to right. The result is ordinary IR.
+three or more operands contract pairwise in NumPy's greedy order (np.einsum_path). The result is ordinary IR.
 """
 from __future__ import annotations
 
@@ -88,13 +88,29 @@ def einsum(subscripts, *ops):
     if len(ops) == 1:
         x, sub = _reduce_alone(ops[0], ins[0], set(out))
         return F.transpose(x, [sub.index(c) for c in out]) if sub != out else x
-    while len(ops) > 2:
-        # contract the first two, keeping the letters that the rest or the output still need
-        later = set(out).union(*[set(t) for t in ins[2:]])
-        mid = "".join(dict.fromkeys(c for c in ins[0] + ins[1] if c in later))
-        ops[:2] = [_pair(ops[0], ops[1], ins[0], ins[1], mid, subscripts)]
-        ins[:2] = [mid]
+    if len(ops) > 2:
+        # NumPy's greedy order (np.einsum_path on stand-ins of the shapes): 'ab,cd,bc->ad'
+        # contracts b first instead of building the (a, b, c, d) outer product
+        for pair in _order(ins, out, ops):
+            i, j = sorted(pair)
+            rest = [t for k, t in enumerate(ins) if k not in (i, j)]
+            later = set(out).union(*[set(t) for t in rest])
+            mid = "".join(dict.fromkeys(c for c in ins[i] + ins[j] if c in later))
+            r = _pair(ops[i], ops[j], ins[i], ins[j], mid, subscripts)
+            ops = [x for k, x in enumerate(ops) if k not in (i, j)] + [r]
+            ins = rest + [mid]
+            if len(ops) == 2:
+                break
     return _pair(ops[0], ops[1], ins[0], ins[1], out, subscripts)
+
+
+def _order(ins, out, ops):
+    """The pairs of operand positions to contract, in NumPy's greedy order (each pair's
+    result goes last, as np.einsum_path counts)."""
+    standins = [np.lib.stride_tricks.as_strided(np.zeros(1), F._shape_of(x),
+                                                (0,) * len(F._shape_of(x))) for x in ops]
+    path = np.einsum_path(",".join(ins) + "->" + out, *standins, optimize="greedy")[0]
+    return [p for p in path[1:] if len(p) == 2] or [(0, 1)] * (len(ops) - 1)
 
 
 def _stretch(x, axis, n):
@@ -128,6 +144,17 @@ def _pair(a, b, sa, sb, out, user=""):
 
     def prod(cs):
         return int(np.prod([size[c] for c in cs], dtype=np.int64))
+    if not contr:
+        # nothing summed: a broadcast product ('ij,j->ij', 'i,i->i', an outer product), not
+        # batched 1 x 1 matrix products
+        ones_b, ones_a = (1,) * len(fb), (1,) * len(fa)
+        at = F.reshape(F.transpose(a, [sa.index(c) for c in batch + fa]),
+                       tuple(size[c] for c in batch + fa) + ones_b)
+        bt = F.reshape(F.transpose(b, [sb.index(c) for c in batch + fb]),
+                       tuple(size[c] for c in batch) + ones_a + tuple(size[c] for c in fb))
+        r = F.mul(at, bt)
+        have = batch + fa + fb
+        return F.transpose(r, [have.index(c) for c in out]) if have != list(out) else r
     a3 = F.reshape(F.transpose(a, [sa.index(c) for c in batch + fa + contr]),
                    (prod(batch), prod(fa), prod(contr)))
     b3 = F.reshape(F.transpose(b, [sb.index(c) for c in batch + contr + fb]),

@@ -128,3 +128,25 @@ def test_nanmedian_of_an_odd_count_is_the_middle_value_itself():
     assert adjit.compile(np.nanmedian)(x) == 1e308
     np.testing.assert_array_equal(adjit.grad(np.nanmedian)(np.array([3.0, np.nan, 1.0, 2.0])),
                                   [0, 0, 0, 1])
+
+
+@pytest.mark.parametrize("spec, shapes", [
+    ("ab,cd,bc->ad", [(6, 5), (4, 3), (5, 4)]), ("ea,fb,abcd,gc,hd->efgh", [(2, 3)] * 2 + [
+        (3, 3, 3, 3)] + [(2, 3)] * 2), ("ij,jk,kl->", [(3, 4), (4, 5), (5, 2)]),
+    ("ij,j->ij", [(5, 4), (4,)]), ("i,i,i->i", [(5,)] * 3), ("i,j,k->ijk", [(2,), (3,), (4,)]),
+    ("ii,ij,j", [(3, 3), (3, 4), (4,)]), ("bij,bj->bi", [(2, 3, 4), (2, 4)])])
+def test_einsum_contracts_in_numpys_greedy_order_and_multiplies_when_nothing_is_summed(
+        spec, shapes):
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=s) for s in shapes]
+
+    def fn(*xs):
+        return np.einsum(spec, *xs)
+    np.testing.assert_allclose(adjit.compile(fn)(*xs), fn(*xs), rtol=1e-12, atol=1e-12)
+    assert adjit.gradcheck(lambda *xs: np.sum(np.sin(fn(*xs))), *xs) < 1e-6
+    g = adjit.trace(fn, *xs)
+    biggest = max(int(np.prod(g[n]["shape"])) for n in g.nodes())
+    assert biggest <= max(int(np.prod(s)) for s in shapes + [np.shape(fn(*xs))]) * 6
+    ins, _, out = spec.partition("->")
+    if out and all(c in out for c in ins if c.isalpha()):     # nothing summed: products
+        assert not any(g[n]["op"] == "matmul" for n in g.nodes())
