@@ -50,6 +50,32 @@ def _elided_broadcasts(g, sched):
     return cand
 
 
+def _scalar_stacks(g, sched):
+    """(pieces, stacks): concatenate nodes along axis 0 of 0-d values each reshaped to (1,)
+    (the elements a loop wrote one by one, `y[i] = ...`), written np.array([s0, s1, ...]) of
+    the 0-d values (25x faster than concatenating 1,000 one-element arrays), and those
+    reshapes, which then emit nothing."""
+    users = {}
+    for n in sched.order:
+        for a in g.args(n):
+            users.setdefault(a, []).append(n)
+
+    def piece(a):
+        d = g[a]
+        return d["op"] == "reshape" and tuple(d["shape"]) == (1,) and \
+            tuple(g[d["args"][0]]["shape"]) == () and a not in g.outputs
+    stacks = {n for n in sched.order if g[n]["op"] == "concatenate" and
+              g[n]["attrs"].get("axis", 0) == 0 and len(g[n]["shape"]) == 1 and
+              len(g.args(n)) > 1 and all(piece(a) for a in g.args(n))}
+    pieces = {a for n in stacks for a in g.args(n)}
+    # a piece read elsewhere stays a reshape, and so do the stacks that read it
+    for a in sorted(pieces):
+        if any(u not in stacks for u in users.get(a, [])):
+            stacks -= {u for u in users[a] if u in stacks}
+    pieces = {a for n in stacks for a in g.args(n)}
+    return pieces, stacks
+
+
 class Codegen:
     """Statements for a scheduled graph; a backend subclass changes how fused runs are run."""
 
@@ -76,6 +102,9 @@ class Codegen:
         """-> (source, namespace) of the module defining fn_name."""
         g, sched = self.g, self.sched
         self.elided = elided = _elided_broadcasts(g, sched)
+        pieces, self.stacks = _scalar_stacks(g, sched)
+        # the 0-d values the stacks read stay alive to the end (they are numbers)
+        kept = {g.args(a)[0] for a in pieces}
         body = self.donation_check()
         in_backward = False
         recomputing = ""
@@ -101,7 +130,7 @@ class Codegen:
                 self.consts.append(value)
                 self.expr[n] = f"_rt_consts[{len(self.consts) - 1}]"
                 continue
-            if n in elided:
+            if n in elided or n in pieces:
                 self.expr[n] = self.arg(d["args"][0])
                 continue
             role = d["where"].role if d["where"] is not None else ""
@@ -119,7 +148,8 @@ class Codegen:
             else:
                 body += self.emit_node(n)
             dead = [self.names[m] for s in steps for m in sched.frees.get(s, [])
-                    if m not in self.expr and g[m]["op"] not in ("input", "const")]
+                    if m not in self.expr and m not in kept and
+                    g[m]["op"] not in ("input", "const")]
             if dead:
                 body.append("del " + ", ".join(dead))
         outs = [self.arg(o) for o in g.outputs]
@@ -161,6 +191,11 @@ class Codegen:
             into = into_code(self, self.in_place[n]).format("None")
             return [node_comment(g, n), f"{self.names[n]} = {ufunc_name(g[n]['op'])}({args}, "
                     f"out={into})"]
+        if n in self.stacks:
+            dt = np.dtype(g[n]["dtype"])
+            items = ", ".join(self.arg(a) for a in g.args(n))
+            return [node_comment(g, n), f"{self.names[n]} = np.array([{items}], "
+                                        f"dtype=np.dtype({dt.str!r}))"]
         rhs = _expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab)
         if n in g.outputs and g[n]["op"] == "broadcast_to":
             rhs = f"np.array({rhs})"  # a broadcast view is read-only; results must be writable

@@ -138,6 +138,12 @@ class Buffer(np.ndarray):
             np.put(self, indices, values, mode=mode)
 
     def __setitem__(self, key, value):
+        if getattr(type(value), "_adjit_complex", False):
+            raise UnsupportedError(
+                f"storing traced complex values into an array made with np.zeros/np.empty"
+                f"{_at(user_where())}: adjit follows such arrays for real values only. Build "
+                "the complex array from its pieces (np.concatenate, np.stack, np.pad), or fill "
+                "two float arrays re and im and combine them: re + 1j * im")
         owner = _owner(self)
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
             np.ndarray.__setitem__(self, key, value)

@@ -803,5 +803,16 @@ def _refuse(what, fix=None):
 
 def _concrete(what):
     from ..ir.errors import TraceError
+    from .tracer import _STORE
+    w = user_where()
+    if w is not None and _STORE.search(w.text or ""):
+        advice = ("A NumPy array cannot hold traced values, and adjit follows arrays made "
+                  "inside the function for real values only: build the complex array from "
+                  "its pieces (np.concatenate, np.stack, np.pad), or fill two float arrays "
+                  "re and im (np.zeros) and combine them, re + 1j * im.")
+    else:
+        advice = ("A NumPy or library function adjit does not follow received a traced "
+                  "complex array: adjit traces complex arithmetic, np.fft and matrix products "
+                  "(README); write the step on z.real and z.imag.")
     return TraceError(f"{what} needs the value of a traced complex array, which is not known "
-                      f"while tracing{_at(user_where())}")
+                      f"while tracing{_at(w)}. {advice}")

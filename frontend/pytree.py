@@ -97,10 +97,12 @@ def _unflatten(td, it):
         return td[1]
     if kind == "complex":
         re, im = _unflatten(td[2][0], it), _unflatten(td[2][1], it)
-        if any(hasattr(p, "ctx") for p in (re, im)):     # traced parts
+        from .tracer import Tracer
+        if isinstance(re, Tracer) and isinstance(im, Tracer) and re.shape == im.shape and \
+                re.dtype == im.dtype:     # traced real parts
             from .complex import ComplexTracer
             return ComplexTracer(re, im)
-        return re + 1j * im
+        return re + 1j * im     # numbers, arrays; complex parts (a Hessian's blocks)
     if kind == "dict":
         d = {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
         return td[3](d) if len(td) > 3 else d

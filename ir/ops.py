@@ -860,7 +860,10 @@ def _half_weights(n, m, axis, ndim, dtype, double):
 
 def _unnormed(norm, n, inverse):
     """The scale a transform with `norm` puts on the unnormalized one (np.fft's convention:
-    "backward" scales the inverse by 1/n, "forward" the forward one, "ortho" both by n**-0.5)."""
+    "backward" scales the inverse by 1/n, "forward" the forward one, "ortho" both by n**-0.5;
+    a number is that scale, the VJPs' own transforms)."""
+    if not isinstance(norm, str):
+        return float(norm)
     if norm == "ortho":
         return n ** -0.5
     return 1.0 / n if (norm == "backward") == inverse else 1.0

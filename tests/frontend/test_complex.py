@@ -131,3 +131,36 @@ def test_a_complex_loss_and_unsupported_complex_operations_name_the_line():
         assert "test_complex.py" in str(info.value)
     with pytest.raises(TypeError, match="rfft of complex"):
         adjit.compile(lambda x: np.fft.rfft(x * 1j))(_X)
+
+
+@pytest.mark.parametrize("norm", [None, "ortho", "forward"])
+def test_second_derivatives_through_real_transforms_in_every_norm(norm):
+    """The VJPs' own transforms carry a numeric scale; their VJPs must keep it (sweep 21)."""
+    x = _RNG.standard_normal(8)
+    fns = [lambda x: np.sum(np.sin(np.abs(np.fft.rfft(x, norm=norm)))),
+           lambda x: np.sum(np.sin(np.fft.irfft(np.fft.rfft(x) * 1j + 1, norm=norm))),
+           lambda x: np.sum(np.sin(np.fft.hfft(x[:5] + 1j * x[3:], norm=norm))),
+           lambda x: np.sum(np.cos(np.abs(np.fft.ihfft(x, norm=norm))))]
+    for f in fns:
+        g, eps = adjit.grad(f), 1e-5
+        want = np.array([(g(x + eps * e) - g(x - eps * e)) / (2 * eps) for e in np.eye(8)])
+        np.testing.assert_allclose(adjit.hessian(f)(x), want, atol=1e-6 * np.abs(want).max())
+
+
+def test_astype_complex_and_complex_stores_into_numpy_arrays():
+    x = np.array([1.0, 2.0])
+    for f in (lambda x: x.astype(complex) * 1j, lambda x: np.asarray(x, dtype=complex) + 2,
+              lambda x: np.exp(x.astype(np.complex64)), lambda x: np.array(x, dtype=complex)):
+        got, want = adjit.compile(f)(x), f(x)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+    def store(x):
+        y = np.zeros(3, complex)
+        y[1:] = np.fft.fft(x)[:2]
+        return y
+    with pytest.raises(adjit.TraceError, match=r"re \+ 1j \* im") as info:
+        adjit.compile(store)(np.ones(4))
+    assert "test_complex.py" in str(info.value)
+    z = np.array([1 + 2j, 3 - 1j])
+    assert adjit.hessian(lambda z: np.sum(np.abs(z) ** 2 * np.real(z)))(z).shape == (2, 2)
