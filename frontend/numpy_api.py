@@ -952,6 +952,13 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return r if target is None else array_ufunc(np.positive, "__call__", (r,),
                                                     {"out": out})
     out = kwargs.pop("out", None)
+    if isinstance(out, tuple) and len(out) > 1 and method == "__call__":
+        # np.divmod(x, y, out=(q, r)), np.modf(x, out=(f, i)): each result into its array
+        rs = array_ufunc(ufunc, method, inputs, dict(kwargs, casting=casting))
+        for target, r in zip(out, rs):
+            if target is not None:
+                _store_out(target, r, f"np.{ufunc.__name__}", casting)
+        return out
     if out is not None:
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
@@ -1089,17 +1096,20 @@ def _reduceat(ufunc, x, indices, axis=0, dtype=None):
     x = B.resolve(x)
     if not isinstance(x, Tracer):
         return ufunc.reduceat(np.asarray(x), indices, axis=axis, dtype=dtype)
-    if dtype is not None:
-        x = F.cast(x, dtype)
+    if dtype is None:
+        # NumPy's loop: np.add of bools and small integers accumulates in int64 (uint64)
+        dtype = ufunc.reduceat(np.zeros(1, x.dtype), [0]).dtype
+    x = F.cast(x, dtype)
     nd = len(F._shape_of(x))
     ax = F._norm_axes((axis,), nd, name)[0]
     n = F._shape_of(x)[ax]
     idx = np.asarray(indices)
-    if idx.ndim != 1 or idx.dtype.kind not in "iu":
-        raise TypeError(f"{name}: indices must be a 1-d integer array")
-    idx = np.where(idx < 0, idx + n, idx)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu" or not idx.size:
+        raise TypeError(f"{name}: indices must be a non-empty 1-d integer array"
+                        f"{_at(user_where())}")
     if np.any((idx < 0) | (idx >= n)):
-        raise IndexError(f"index out of bounds in {name}")
+        raise IndexError(f"index {idx[(idx < 0) | (idx >= n)][0]} out-of-bounds in {name} "
+                         f"[0, {n}){_at(user_where())} (as NumPy)")
     ends = np.append(idx[1:], n)
     ends = np.where(ends > idx, ends, idx + 1)   # a non-increasing pair takes x[indices[i]]
     pos = np.concatenate([np.arange(a, b) for a, b in zip(idx, ends)]).astype(np.intp)
@@ -1539,7 +1549,7 @@ _SCIPY_SPECIAL = {
     "expit": F.sigmoid, "log_expit": lambda x: F.neg(F.softplus(F.neg(x))),
     "logit": _in_float64(_logit),
     "xlogy": _xlogy(F.log), "xlog1py": _xlogy(F.log1p),
-    "erf": F.erf, "erfc": F.erfc, "entr": _entr, "rel_entr": _rel_entr,
+    "erf": F.erf, "erfc": F.erfc, "entr": _entr, "rel_entr": _in_float64(_rel_entr),
     "gammaln": F.gammaln, "digamma": lambda x: F.polygamma(0, x),
     "psi": lambda x: F.polygamma(0, x), "zeta": _zeta, "_zeta": _zeta,
     "betaln": _in_float64(_betaln),
@@ -2113,6 +2123,8 @@ def constructors_accept_tracers():
             np.nditer = _nditer(np.nditer)
             _originals["kaiser"] = np.kaiser      # no __array_function__ dispatch either
             np.kaiser = _kaiser(np.kaiser)
+            _originals["polyint"] = np.polyint    # dispatches on p alone, not on k
+            np.polyint = _traced_anywhere(np.polyint)
             _originals["fromiter"] = np.fromiter
             np.fromiter = _fromiter(np.fromiter)
             st = np.lib.stride_tricks
@@ -2161,6 +2173,7 @@ def constructors_accept_tracers():
                 np.require = _originals.pop("require")
                 np.nditer = _originals.pop("nditer")
                 np.kaiser = _originals.pop("kaiser")
+                np.polyint = _originals.pop("polyint")
                 np.fromiter = _originals.pop("fromiter")
                 np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
                 for name in _RANDOM:
@@ -2187,6 +2200,17 @@ def _fromiter(orig):
         return F.stack([F.cast(B.resolve(v), dt) if isinstance(B.resolve(v), Tracer) else
                         np.asarray(v, dt) for v in items], 0)
     return fromiter
+
+
+def _traced_anywhere(orig):
+    """orig with a traced value in an argument NumPy does not dispatch on (np.polyint's k):
+    adjit's implementation, as if NumPy had dispatched."""
+    @functools.wraps(orig)
+    def fn(*args, **kwargs):
+        if not _holds_tracer(list(args) + list(kwargs.values())):
+            return orig(*args, **kwargs)
+        return array_function(orig, args, kwargs)
+    return fn
 
 
 def _kaiser(orig):

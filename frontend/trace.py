@@ -208,6 +208,8 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             if isinstance(e, ValueError) and isinstance(e.__cause__, TraceError) and \
                     "setting an array element" in str(e):
                 # NumPy's own message for NumPy_array[i] = traced: float() of the tracer failed
+                if "is stored into a NumPy array" in str(e.__cause__):
+                    raise e.__cause__.with_traceback(None) from None   # names the line
                 w = getattr(e.__cause__, "where", None)
                 raise TraceError(
                     f"storing a traced value into a NumPy array made outside the function"
@@ -347,7 +349,7 @@ def _name_the_unbound_method(e):
 
 # NumPy functions without __array_function__ dispatch that adjit wraps on the np module while
 # tracing: bound before (from numpy import kaiser) they run NumPy's own code on tracers
-_WRAPPED_NUMPY = ("kaiser",)
+_WRAPPED_NUMPY = ("kaiser", "polyint")
 
 
 def _name_the_prebound_numpy(e):

@@ -150,3 +150,55 @@ def test_einsum_contracts_in_numpys_greedy_order_and_multiplies_when_nothing_is_
     ins, _, out = spec.partition("->")
     if out and all(c in out for c in ins if c.isalpha()):     # nothing summed: products
         assert not any(g[n]["op"] == "matmul" for n in g.nodes())
+
+
+def test_add_reduceat_accumulates_bools_and_small_integers_in_numpys_dtype():
+    for x in (np.array([1, 2, 3, 4]) > 2, np.array([100, 100, 100, 5], np.int8),
+              np.array([1, 2, 3, 4], np.uint8), np.arange(4.0, dtype=np.float32)):
+        for u in (np.add, np.multiply, np.maximum):
+            got, want = adjit.compile(lambda x: u.reduceat(x, [0, 3]))(x), u.reduceat(x, [0, 3])
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(IndexError, match="out-of-bounds"):
+        adjit.compile(lambda x: np.add.reduceat(x, [-1, 2]))(np.arange(4.0))
+
+
+def test_float32_rel_entr_computes_in_float64_as_scipy():
+    sp = pytest.importorskip("scipy.special")
+    x = np.array([0.90001, 0.900001], np.float32)
+    got = adjit.compile(lambda x: sp.rel_entr(x, np.float32(0.9)))(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, sp.rel_entr(x, np.float32(0.9)), rtol=1e-6)
+
+
+def test_polyint_of_a_constant_polynomial_with_traced_integration_constants():
+    p = np.array([1.0, -2.0, 3.0])
+
+    def f(k):
+        return np.sum(np.polyint(p, 2, k=k) ** 2)
+    k = np.array([1.0, 2.0])
+    np.testing.assert_allclose(adjit.compile(f)(k), f(k), rtol=1e-12)
+    assert adjit.gradcheck(f, k) < 1e-6
+
+
+def test_storing_into_a_copy_of_an_outside_array_names_the_line():
+    C = np.ones(3)
+
+    def f(x):
+        y = C.copy()
+        y[1] = x[0]
+        return y
+    with pytest.raises(adjit.TraceError, match=r"test_sweep21.py.*np\.copy\(X\)"):
+        adjit.compile(f)(np.ones(2))
+
+
+def test_two_output_ufuncs_store_into_a_tuple_of_out_arrays():
+    def f(x):
+        q, r = np.zeros(3), np.zeros(3)
+        np.divmod(x, 0.7, out=(q, r))
+        fr, wh = np.zeros(3), np.zeros(3)
+        np.modf(x, out=(fr, wh))
+        return q + 10 * r + 100 * fr + wh
+    x = np.array([1.5, -2.3, 0.2])
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+    np.testing.assert_array_equal(adjit.grad(lambda x: np.sum(f(x)))(x), 110.0)
