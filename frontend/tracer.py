@@ -641,7 +641,9 @@ class Tracer:
         else:
             advice = ("Python control flow on traced values cannot be compiled: use "
                       "adjit.where(cond, a, b) for an elementwise choice (np.maximum / "
-                      "np.minimum instead of the builtins max / min), or make the argument "
+                      "np.minimum instead of the builtins max(a, b) / min(a, b); np.max(x) / "
+                      "np.min(x) for the largest or smallest element of one array x, "
+                      "builtin max(x)), or make the argument "
                       "static (static_argnums=...) if it is a configuration value (a number "
                       "or a string: an array cannot be static, so branch on it with np.where).")
         kind = "a traced array" if self.shape else "a traced number"

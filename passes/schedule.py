@@ -201,7 +201,10 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
     taken = dict(taken or {})
     base, alloc = buffers(g, order, taken, may_alias=True)
     last_use = last_uses(g, order, base, taken)
-    members, got, spare = {}, {}, {}
+    # per buffer, what its members (the nodes living in it so far) need: whether one is a
+    # result, and the last step one is read (running aggregates: a chain of 30,000 nodes
+    # computed into one buffer made a scan of its members per candidate quadratic)
+    holds_output, read_until, got, spare = {}, {}, {}, {}
     step = 0
 
     outputs = set(g.outputs)
@@ -212,8 +215,7 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
         unit's arguments by buffer."""
         b = base[x]
         return x not in outputs and kind(g[x]["op"]) not in ("view", "source") and \
-            alloc.get(b) and not any(m in outputs or last_use[m] > last
-                                     for m in members.get(b, [])) and \
+            alloc.get(b) and not holds_output.get(b) and read_until.get(b, -1) <= last and \
             reads[b] == {x}
     for unit in units(g, order):
         last = step + len(unit) - 1
@@ -248,7 +250,9 @@ def reuse_dying(g: Graph, order, in_place_ok, taken=None) -> tuple[dict, dict]:
             if n in got:
                 base[n] = base[got[n]]
                 alloc[n] = 0
-            members.setdefault(base[n], []).append(n)
+            b = base[n]
+            holds_output[b] = holds_output.get(b, False) or n in outputs
+            read_until[b] = max(read_until.get(b, -1), last_use[n])
         step = last + 1
     return got, spare
 
