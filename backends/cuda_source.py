@@ -45,9 +45,9 @@ HELPERS = {
                "    return x < T(0) ? T(-x) : x;\n}\n"
                "__host__ __device__ __forceinline__ float _rt_abs(float x) { return fabsf(x); }\n"
                "__host__ __device__ __forceinline__ double _rt_abs(double x) { return fabs(x); }",
-    # NumPy's sign: 0 stays 0 and NaN stays NaN (the comparisons are false and x is returned)
+    # NumPy's sign: NaN stays NaN and both zeros give +0 (the comparisons are false: x - x)
     "_rt_sign": "template <typename T> __host__ __device__ __forceinline__ T _rt_sign(T x) {\n"
-                "    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);\n}",
+                "    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(x - x));\n}",
     "_rt_tanh": "template <typename T> __host__ __device__ __forceinline__ T _rt_tanh(T x) {\n"
                 "    return tanh(x);\n}",
     "_rt_sigmoid": "template <typename T> __host__ __device__ __forceinline__ T "

@@ -151,9 +151,23 @@ def cache_dir() -> str:
     return d
 
 
+def _helpers_stamp() -> str:
+    """A hash of numba_helpers.py: kernels inline its functions, and numba's cache of a kernel
+    file knows only that file, so a changed helper must name new kernel files."""
+    global _HELPERS_STAMP
+    if _HELPERS_STAMP is None:
+        from . import numba_helpers
+        with open(numba_helpers.__file__, "rb") as f:
+            _HELPERS_STAMP = hashlib.sha1(f.read()).hexdigest()[:12]
+    return _HELPERS_STAMP
+
+
+_HELPERS_STAMP = None
+
+
 def load_kernels(source: str):
     """The module of a kernel source, written once to the cache directory and imported."""
-    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    digest = hashlib.sha1((_helpers_stamp() + source).encode()).hexdigest()[:20]
     with _LOCK:
         mod = _MODULES.get(digest)
         if mod is not None:

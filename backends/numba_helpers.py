@@ -17,8 +17,8 @@ _f32 = np.float32
 
 @numba.njit(inline="always", cache=True)
 def _rt_sign(x):
-    # NaN fails both tests and is returned as it is, as np.sign does
-    return 1 if x > 0 else (-1 if x < 0 else x)
+    # NaN fails both tests and x - x is NaN, as np.sign gives; -0.0 - -0.0 is +0.0, as np.sign
+    return 1 if x > 0 else (-1 if x < 0 else x - x)
 
 
 @numba.njit(inline="always", cache=True)

@@ -202,3 +202,11 @@ def test_two_output_ufuncs_store_into_a_tuple_of_out_arrays():
     x = np.array([1.5, -2.3, 0.2])
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
     np.testing.assert_array_equal(adjit.grad(lambda x: np.sum(f(x)))(x), 110.0)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_sign_of_negative_zero_is_positive_zero_in_kernels_too(backend):
+    x = np.array([-0.0, 0.0, np.nan, -2.0, 3.0] * 2000)
+    got = adjit.compile(lambda x: np.sign(x) * 1.0, backend=backend, min_kernel_size=0)(x)
+    np.testing.assert_array_equal(got, np.sign(x))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.sign(x)))
