@@ -1272,8 +1272,9 @@ def _ufunc_at_rounds(ufunc, a, indices, b=None):
 def _entr(x):
     """-x log x for x > 0, 0 at 0, -inf below, NaN at NaN (scipy.special.entr)"""
     pos, safe = F.gt(x, 0), F.where(F.gt(x, 0), x, 1.0)
+    # at 0 the value 0 with the derivative +inf (-log x - 1), as JAX and PyTorch: sqrt(x)
     return F.where(pos, F.neg(F.mul(x, F.log(safe))),
-                   F.where(F.eq(x, 0), F.zeros_like(safe),
+                   F.where(F.eq(x, 0), F.sqrt(x),
                            F.where(C.isnan(x), x, F.full_like(safe, -np.inf))))
 
 
@@ -1322,6 +1323,8 @@ def _logit(p):
     sp = F.where(mid, p, 0.5)
     near = F.log1p(F.div(F.sub(F.mul(sp, 2.0), 1.0), F.sub(1.0, sp)))
     lp = F.where(mid, 0.25, p)
+    # at 1, inf with the derivative 1 / (p (1 - p)) = inf: 1 / (1 - p) (log1p's is 0 there)
+    near = F.where(F.eq(p, 1.0), F.div(1.0, F.sub(1.0, p)), near)
     return F.where(mid, near, F.sub(F.log(lp), F.log1p(F.neg(lp))))
 
 
@@ -1514,8 +1517,9 @@ def _ndtri(p):
     inside = C.logical_and(F.gt(q, 0), F.le(q, 0.5))
     x = _ndtri_lower(F.where(inside, q, 0.25))
     x = F.where(upper, F.neg(x), x)
-    return F.where(inside, x, F.where(F.eq(p, 0), -np.inf,
-                                      F.where(F.eq(p, 1), np.inf, np.nan)))
+    # -inf at 0 and inf at 1 with the derivative inf (1 / pdf): -1 / p and 1 / (1 - p) there
+    return F.where(inside, x, F.where(F.eq(p, 0), F.div(-1.0, p),
+                                      F.where(F.eq(p, 1), F.div(1.0, F.sub(1.0, p)), np.nan)))
 
 
 def _erfinv(y):
@@ -1536,7 +1540,8 @@ def _erfinv(y):
     for _ in range(_INVERSE_ORDERS):     # derivatives up to that order, as ndtri's
         x = newton(x)
     r = F.where(big, t, x)
-    return F.where(inside, r, F.where(F.eq(a, 1.0), F.mul(F.sign(y), np.inf), np.nan))
+    # +-inf at +-1 with the derivative inf: sign(y) / (1 - |y|) there
+    return F.where(inside, r, F.where(F.eq(a, 1.0), F.div(F.sign(y), F.sub(1.0, a)), np.nan))
 
 
 def _i0e(x):

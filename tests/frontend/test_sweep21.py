@@ -210,3 +210,16 @@ def test_sign_of_negative_zero_is_positive_zero_in_kernels_too(backend):
     got = adjit.compile(lambda x: np.sign(x) * 1.0, backend=backend, min_kernel_size=0)(x)
     np.testing.assert_array_equal(got, np.sign(x))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(np.sign(x)))
+
+
+def test_derivatives_at_the_ends_of_the_domain_are_infinite():
+    ss = pytest.importorskip("scipy.special")
+    cases = [(ss.logit, [0.3, 1.0, 0.0], [1 / 0.21, np.inf, np.inf]),
+             (ss.erfinv, [-1.0, 0.5, 1.0], [np.inf, 1.1125848, np.inf]),
+             (ss.ndtri, [0.0, 0.3, 1.0], [np.inf, 2.8761037, np.inf]),
+             (ss.entr, [0.0, 1.0], [np.inf, -1.0])]
+    for fn, x, want in cases:
+        x = np.array(x)
+        np.testing.assert_allclose(adjit.grad(lambda v: np.sum(fn(v)))(x), want, rtol=1e-6)
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(adjit.compile(fn)(x), fn(x))
