@@ -209,6 +209,8 @@ def _cumprod(a, axis=None, dtype=None, out=None):
 
 def _argmax(a, axis=None, out=None, *, keepdims=False, neg=False):
     _no_out("argmax", out)
+    if axis in (0, -1) and not F._shape_of(a):
+        axis = None    # a 0-d array's only axis, as NumPy takes it
     r = (F.argmin if neg else F.argmax)(a, axis)
     if keepdims:
         shape = F._shape_of(a)
@@ -791,7 +793,11 @@ FUNCTIONS.update({np.linalg.inv: LA.inv, np.linalg.solve: LA.solve, np.linalg.de
 FUNCTIONS.update({np.linalg.svd: LD.svd, np.linalg.qr: LD.qr, np.linalg.pinv: LD.pinv,
                   np.linalg.lstsq: LD.lstsq, np.linalg.matrix_rank: LD.matrix_rank,
                   np.linalg.cond: LD.cond, np.linalg.eig: LD.eig, np.linalg.eigvals: LD.eigvals,
-                  getattr(np.linalg, "svdvals", None): LD.svdvals})
+                  getattr(np.linalg, "svdvals", None): LD.svdvals,
+                  # NumPy 2's array-API spelling (positional axes: its signature's own)
+                  getattr(np.linalg, "tensordot", None): C.tensordot})
+
+
 def _float_norm_input(x):
     """Norms of integer arrays are float64, as in NumPy."""
     return F.cast(x, np.float64) if F._dtype_of(x).kind in "biu" else x

@@ -223,3 +223,11 @@ def test_derivatives_at_the_ends_of_the_domain_are_infinite():
         np.testing.assert_allclose(adjit.grad(lambda v: np.sum(fn(v)))(x), want, rtol=1e-6)
         with np.errstate(all="ignore"):
             np.testing.assert_allclose(adjit.compile(fn)(x), fn(x), rtol=1e-15)
+
+
+def test_linalg_tensordot_and_argmax_of_a_0d_array_along_its_axis():
+    a, b = np.arange(12.0).reshape(3, 4), np.arange(20.0).reshape(4, 5)
+    np.testing.assert_array_equal(
+        adjit.compile(lambda a, b: np.linalg.tensordot(a, b, axes=1))(a, b), a @ b)
+    for fn in (lambda x: np.argmax(x, axis=-1), lambda x: np.argmin(x, axis=0)):
+        assert adjit.compile(fn)(np.array(3.0)) == 0
