@@ -237,6 +237,12 @@ def device_ops(rt):
         z = (xp.fft.ifft if inverse else xp.fft.fft)(as_complex(x), axis=axis, norm=norm)
         return as_parts(z, x.dtype)
 
+    def nanmax(x, axis, keepdims):
+        return xp.nanmax(x, axis=axis, keepdims=keepdims)
+
+    def nanmin(x, axis, keepdims):
+        return xp.nanmin(x, axis=axis, keepdims=keepdims)
+
     def cabs(x):
         return xp.abs(as_complex(x))
 
@@ -255,7 +261,8 @@ def device_ops(rt):
     ops = {name: od.numpy for name, od in OPS.items()}
     ops.update(unslice=unslice, scatter_add=scatter_add, one_hot=one_hot,
                concatenate=concatenate, fft=fft, rfft=rfft,
-               irfft=irfft, cabs=cabs)
+               irfft=irfft, cabs=cabs, nanmax=nanmax,
+               nanmin=nanmin)
     return ops
 
 

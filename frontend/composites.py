@@ -851,6 +851,10 @@ def _nan_extreme(op, fill, x, axis, keepdims):
     """The max (min) ignoring NaN; a slice of NaN only is NaN, as in NumPy."""
     if F._dtype_of(x).kind not in "fc":
         return op(x, axis, keepdims)          # integers and booleans hold no NaN
+    if F._dtype_of(x).kind == "f" and isinstance(x, Tracer):
+        # registry ops nanmax / nanmin: NumPy's fmax.reduce, one pass
+        name = "nanmax" if op is F.max else "nanmin"
+        return F.reduction(name, x, axis, keepdims)
     nan = isnan(x)
     r = op(F.where(nan, F.full_like(x, fill), x), axis, keepdims)
     if F._dtype_of(x).kind != "f":

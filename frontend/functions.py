@@ -1004,6 +1004,11 @@ def std(x, axis=None, keepdims=False, ddof=0):
 def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.max(x, axis=axis, keepdims=keepdims)
+    return reduction("max", x, axis, keepdims)
+
+
+def reduction(op, x, axis=None, keepdims=False):
+    """The registry reduction `op` (max, nanmax, nanmin) over axis, which has no identity."""
     axes = _axes(x, axis)
     if any(_shape_of(x)[a] == 0 for a in axes):
         # NumPy: "zero-size array to reduction operation maximum which has no identity"
@@ -1011,7 +1016,7 @@ def max(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
                          "value (NumPy raises too); leave the empty case out")
     if not axes:
         return x
-    return x.ctx.emit("max", [x], {"axis": axes, "keepdims": bool(keepdims)})
+    return x.ctx.emit(op, [x], {"axis": axes, "keepdims": bool(keepdims)})
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name

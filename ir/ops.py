@@ -750,6 +750,40 @@ _register(OpDef(
     "_rt_maximum({0}, {1})",
     lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=_lowest))
 
+
+def _nan_extreme_vjp(g, out, x, axis, keepdims):
+    # as max's, NaN never equal to the result; a slice of NaN only (result NaN) has no
+    # element equal to it and gets 0 (its count taken as 1)
+    kept = {"axis": axis, "keepdims": True}
+    if not keepdims:
+        g = F.reshape(g, reduce_shape([x.shape], kept))
+        out = F.reshape(out, reduce_shape([x.shape], kept))
+    mask = F.cast(F.eq(x, F.broadcast_to(out, x.shape)), x.dtype)
+    count = F.maximum(F.sum(mask, axis=axis, keepdims=True), 1.0)
+    return [F.mul(mask, F.broadcast_to(F.div(g, count), x.shape))]
+
+
+def _nan_extreme_jvp(t, out, x, axis, keepdims):
+    kept = {"axis": axis, "keepdims": True}
+    o = out if keepdims else F.reshape(out, reduce_shape([x.shape], kept))
+    mask = F.cast(F.eq(x, F.broadcast_to(o, x.shape)), x.dtype)
+    return F.div(F.sum(F.mul(mask, t[0]), axis=axis, keepdims=keepdims),
+                 F.maximum(F.sum(mask, axis=axis, keepdims=keepdims), 1.0))
+
+
+for _name, _uf in (("nanmax", "fmax"), ("nanmin", "fmin")):
+    _register(OpDef(
+        _name, 1, "reduction", reduce_shape, first_dtype,
+        lambda x, axis, keepdims, uf=getattr(np, _uf): uf.reduce(x, axis=axis,
+                                                                  keepdims=keepdims),
+        _nan_extreme_vjp, _nan_extreme_jvp,
+        # a call of the reference (CuPy's runtime puts cupy.nanmax / nanmin there)
+        lambda args, a, name=_name: f"_rt_ops[{name!r}]({args[0]}, axis={tuple(a['axis'])}, "
+                                    f"keepdims={bool(a['keepdims'])})",
+        flops=lambda out, ins, a: _numel(ins[0]),
+        doc=f"np.{_name} of floats: np.{_uf}.reduce, one pass (NaN skipped; NaN where a slice "
+            f"holds nothing else); the cotangent shared among tied extremes, as max's"))
+
 # -- matrix products --------------------------------------------------------------------------
 _register(OpDef(
     "matmul", 2, "matmul", matmul_shape, first_dtype, np.matmul,

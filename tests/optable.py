@@ -288,6 +288,11 @@ TABLE.update({
     # np.abs of a complex array (away from 0, where it has a kink)
     "cabs": {"fn": lambda x, y: np.abs(x + 1j * y) + np.abs(np.fft.rfft(x)[..., :1]) * 0.5,
              "inputs": [[((5,), "away0"), ((5,), "any")], [((2, 3), "any"), ((2, 3), "away0")]]},
+    # NaN-skipping extremes of floats (a row of NaN only is NaN, its cotangent 0)
+    "nanmax": {"fn": lambda x: np.nanmax(np.where(x > 1.2, np.nan, x), axis=-1) + np.nanmax(x),
+               "inputs": [[((5,), "any")], [((3, 4), "any")]]},
+    "nanmin": {"fn": lambda x: np.nanmin(np.where(x < -1.2, np.nan, x), axis=0, keepdims=True),
+               "inputs": [[((5,), "any")], [((3, 4), "any")]]},
     # reached through det's derivative; reached directly here
     "cofactor": {"fn": _cofactor, "inputs": _SQUARE},
     "slogdet": {"fn": _slogdet, "inputs": _SQUARE + [[((3, 3), "spd")]]},

@@ -231,3 +231,16 @@ def test_linalg_tensordot_and_argmax_of_a_0d_array_along_its_axis():
         adjit.compile(lambda a, b: np.linalg.tensordot(a, b, axes=1))(a, b), a @ b)
     for fn in (lambda x: np.argmax(x, axis=-1), lambda x: np.argmin(x, axis=0)):
         assert adjit.compile(fn)(np.array(3.0)) == 0
+
+
+def test_nanmax_and_nanmin_are_numpys_one_pass_with_max_gradients():
+    y = np.array([[np.nan, np.nan, np.nan], [1.0, 3.0, 3.0], [0.0, -0.0, np.nan]])
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        for fn in (lambda y: np.nanmax(y, axis=1), lambda y: np.nanmin(y, axis=1)):
+            got, want = adjit.compile(fn)(y), fn(y)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    g = adjit.grad(lambda y: np.sum(np.nanmax(y, axis=1)))(y)
+    np.testing.assert_array_equal(g, [[0, 0, 0], [0, 0.5, 0.5], [0.5, 0.5, 0]])
+    prog = adjit.compile(lambda y: np.nanmax(y), backend="numpy").lower(y)
+    assert "_rt_ops['nanmax']" in prog.source and "isnan" not in prog.source
