@@ -178,8 +178,8 @@ class Buffer(np.ndarray):
             ufunc.at(value, *[resolve(x) for x in inputs[1:]], **kwargs)
             target[...] = value
             return None
-        if traced or (out is not None and any(
-                isinstance(o, Buffer) for o in out) and any(_holds_traced(x) for x in inputs)):
+        if traced or (out is not None and any(isinstance(o, Buffer) for o in out) and (
+                any(_holds_traced(x) for x in inputs) or _holds_traced(kwargs.get("where")))):
             if out is not None:
                 kwargs = dict(kwargs)
                 del kwargs["out"]

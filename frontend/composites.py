@@ -389,17 +389,49 @@ def pad(x, pad_width, mode="constant", **kw):
     out_shape = tuple(int(b) + d + int(a) for (b, a), d in zip(pw, shape))
     out = F.unslice(x, index, out_shape)
     cv = kw.get("constant_values", 0)
-    if isinstance(cv, Tracer):
-        if cv.ndim:
-            raise UnsupportedError(f"np.pad with traced per-axis constant_values"
-                                   f"{_at(user_where())}; pad with 0 and add each border")
-        # a traced value on the border: the border's mask (a constant) times it
-        border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=1)
-        return F.add(out, F.mul(F.cast(cv, x.dtype), border))
+    if isinstance(cv, Tracer) and cv.ndim:
+        raise UnsupportedError(f"np.pad with a traced array of constant_values"
+                               f"{_at(user_where())}; give a number or a tuple of numbers per "
+                               "axis, or pad with 0 and add each border")
+    if _holds_traced(cv):
+        # traced values on the borders: each border's mask (a constant) times its value. NumPy
+        # pads axis by axis, so a corner takes the value of the last axis padded over it
+        owner = np.full(out_shape, -1)
+        pairs = _pad_pairs(cv, len(shape))
+        for i, (b, a) in enumerate(pw):
+            lead = (slice(None),) * i
+            owner[lead + (slice(0, int(b)),)] = 2 * i
+            owner[lead + (slice(out_shape[i] - int(a), out_shape[i]),)] = 2 * i + 1
+        for k, v in enumerate(v for pair in pairs for v in pair):
+            mask = (owner == k).astype(x.dtype)
+            if mask.any():
+                out = F.add(out, F.mul(F.cast(v, x.dtype) if isinstance(v, Tracer) else
+                                       np.asarray(v, x.dtype), mask))
+        return out
     if np.any(np.asarray(cv) != 0):
         border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=cv)
         out = F.add(out, border)
     return out
+
+
+def _holds_traced(v):
+    return isinstance(v, Tracer) or (isinstance(v, (tuple, list)) and any(
+        _holds_traced(u) for u in v))
+
+
+def _pad_pairs(cv, nd):
+    """np.pad's constant_values as (before, after) per axis (NumPy's _as_pairs)."""
+    if not isinstance(cv, (tuple, list)):
+        return [(cv, cv)] * nd
+    if len(cv) == 1:
+        return _pad_pairs(cv[0], nd)
+    if len(cv) == 2 and not any(isinstance(c, (tuple, list)) for c in cv):
+        return [(cv[0], cv[1])] * nd
+    if len(cv) != nd:
+        raise ValueError(f"np.pad: constant_values of {len(cv)} entries for {nd} axes"
+                         f"{_at(user_where())}")
+    return [(c, c) if not isinstance(c, (tuple, list)) else
+            (c[0], c[0]) if len(c) == 1 else (c[0], c[1]) for c in cv]
 
 
 # -- products and sorting ---------------------------------------------------------------------

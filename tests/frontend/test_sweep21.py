@@ -244,3 +244,24 @@ def test_nanmax_and_nanmin_are_numpys_one_pass_with_max_gradients():
     np.testing.assert_array_equal(g, [[0, 0, 0], [0, 0.5, 0.5], [0.5, 0.5, 0]])
     prog = adjit.compile(lambda y: np.nanmax(y), backend="numpy").lower(y)
     assert "_rt_ops['nanmax']" in prog.source and "isnan" not in prog.source
+
+
+def test_a_ufunc_of_constants_into_an_array_made_here_under_a_traced_mask():
+    def f(a):
+        o = np.zeros(4)
+        np.sqrt(np.arange(4.0), out=o, where=a > 0)
+        return o * a
+    a = np.array([1.0, -1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(adjit.compile(f)(a), f(a))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: np.pad(a, 1, constant_values=(a[0, 0], 1.0)),
+    lambda a: np.pad(a, ((1, 0), (0, 2)), constant_values=((a[0, 0], a[1, 1]), (2.0, a[0, 1]))),
+    lambda a: np.pad(a, ((1, 1), (2, 1)), constant_values=((a[0, 0],), (a[1, 0] * 2,))),
+    lambda a: np.pad(a[0], 3, constant_values=[(a[1, 1], 5.0)])])
+def test_pad_with_traced_constant_values_per_axis_and_side(fn):
+    a = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(adjit.compile(fn)(a), fn(a))
+    w = np.cos(np.arange(fn(a).size)).reshape(fn(a).shape)
+    assert adjit.gradcheck(lambda a: np.sum(fn(a) ** 2 * w), a) < 1e-6
