@@ -63,7 +63,9 @@ UFUNCS = {
     np.remainder: N.remainder, np.fmod: N.fmod, np.floor_divide: N.floor_divide,
     np.divmod: N.divmod_,
 }
-_REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod}
+_REDUCE = {np.add: F.sum, np.maximum: F.max, np.minimum: F.min, np.multiply: C.prod,
+           # NaN-skipping extremes: nanmax / nanmin (ties share the cotangent equally)
+           np.fmax: C.nanmax, np.fmin: C.nanmin}
 _ACCUMULATE = {np.add: F.cumsum, np.multiply: C.cumprod}
 _IDENTITY = {np.add: 0, np.multiply: 1, np.logical_or: False, np.logical_and: True,
              np.logical_xor: False, np.logaddexp: -np.inf, np.logaddexp2: -np.inf,

@@ -265,3 +265,11 @@ def test_pad_with_traced_constant_values_per_axis_and_side(fn):
     np.testing.assert_array_equal(adjit.compile(fn)(a), fn(a))
     w = np.cos(np.arange(fn(a).size)).reshape(fn(a).shape)
     assert adjit.gradcheck(lambda a: np.sum(fn(a) ** 2 * w), a) < 1e-6
+
+
+def test_fmax_and_fmin_reduce_skip_nan_and_share_ties_evenly():
+    x = np.array([0.25, 0.5, 0.5, np.nan])
+    np.testing.assert_array_equal(adjit.grad(lambda x: np.fmax.reduce(x))(x), [0, 0.5, 0.5, 0])
+    y = np.array([[1.0, np.nan], [np.nan, np.nan], [3.0, 2.0]])
+    for fn in (lambda y: np.fmax.reduce(y, axis=1), lambda y: np.fmin.reduce(y, axis=0)):
+        np.testing.assert_array_equal(adjit.compile(fn)(y), fn(y))
