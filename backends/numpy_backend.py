@@ -64,15 +64,19 @@ def _scalar_stacks(g, sched):
         d = g[a]
         return d["op"] == "reshape" and tuple(d["shape"]) == (1,) and \
             tuple(g[d["args"][0]]["shape"]) == () and a not in g.outputs
+
+    def number(a):      # an element never written (y[0] of np.zeros): a constant
+        return g[a]["op"] == "const" and tuple(g[a]["shape"]) == (1,)
     stacks = {n for n in sched.order if g[n]["op"] == "concatenate" and
               g[n]["attrs"].get("axis", 0) == 0 and len(g[n]["shape"]) == 1 and
-              len(g.args(n)) > 1 and all(piece(a) for a in g.args(n))}
-    pieces = {a for n in stacks for a in g.args(n)}
+              len(g.args(n)) > 1 and all(piece(a) or number(a) for a in g.args(n)) and
+              sum(piece(a) for a in g.args(n)) > 1}
+    pieces = {a for n in stacks for a in g.args(n) if piece(a)}
     # a piece read elsewhere stays a reshape, and so do the stacks that read it
     for a in sorted(pieces):
         if any(u not in stacks for u in users.get(a, [])):
             stacks -= {u for u in users[a] if u in stacks}
-    pieces = {a for n in stacks for a in g.args(n)}
+    pieces = {a for n in stacks for a in g.args(n) if piece(a)}
     return pieces, stacks
 
 
@@ -193,7 +197,9 @@ class Codegen:
                     f"out={into})"]
         if n in self.stacks:
             dt = np.dtype(g[n]["dtype"])
-            items = ", ".join(self.arg(a) for a in g.args(n))
+            items = ", ".join(
+                literal(np.asarray(g[a]["attrs"]["value"]).reshape(()), g[a]["dtype"])
+                if g[a]["op"] == "const" else self.arg(a) for a in g.args(n))
             return [node_comment(g, n), f"{self.names[n]} = np.array([{items}], "
                                         f"dtype=np.dtype({dt.str!r}))"]
         rhs = _expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab)

@@ -258,7 +258,7 @@ def make(re, im):
     re, im = _float(re), _float(0.0 if im is None else im)
     if not isinstance(re, Tracer) and not isinstance(im, Tracer):
         return np.asarray(re) + 1j * np.asarray(im) if np.ndim(re) or np.ndim(im) else \
-            complex(re) if type(re) is float and type(im) is float else re + 1j * im
+            complex(re, im) if type(re) is float and type(im) is float else re + 1j * im
     shape = np.broadcast_shapes(np.shape(re), np.shape(im))
     dt = F.result_dtype(re, im)
     re, im = (_shaped(p, shape, dt) for p in (re, im))

@@ -963,10 +963,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if isinstance(out, tuple) and len(out) > 1 and method == "__call__":
         # np.divmod(x, y, out=(q, r)), np.modf(x, out=(f, i)): each result into its array
         rs = array_ufunc(ufunc, method, inputs, dict(kwargs, casting=casting))
-        for target, r in zip(out, rs):
-            if target is not None:
+        for target, r in reversed(list(zip(out, rs))):   # the first result last: NumPy's
+            if target is not None:                        # when two outputs share memory
                 _store_out(target, r, f"np.{ufunc.__name__}", casting)
-        return out
+        return tuple(r if t is None else t for t, r in zip(out, rs))
     if out is not None:
         # np.add(a, b, out=a), and a += b on a NumPy array a: stored as x[...] = result
         target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
@@ -2327,6 +2327,10 @@ def _setitem(s, k, v):
     _writable(s)
     if type(k) is list and _holds_tracer(k):     # Y[[i, j]] = ... with traced i, j
         k = _from_nested(k, _originals.get("asarray", np.asarray))
+    elif type(k) is tuple and any(type(part) in (list, tuple) and _holds_tracer(part)
+                                  for part in k):
+        k = tuple(_from_nested(part, _originals.get("asarray", np.asarray))      # A[[i, j], :]
+                  if type(part) in (list, tuple) and _holds_tracer(part) else part for part in k)
     mask = F.traced_mask(s, k)
     if mask is not None:
         # x[x > t] = v: a select when v is one value (more values would need the count),
@@ -2379,22 +2383,40 @@ _SEQUENTIAL_MAX = 64
 
 
 def _sequential_writes(s, k, v):
-    """x[idx] = v with a few traced positions idx (1-d, first in the key) that may repeat, as
-    a row swap A[[k, p]] = A[[p, k]] with p from argmax: one write per position in order, so
-    a repeated position takes the last value as NumPy's loop does. -> whether it was done."""
-    key = k if isinstance(k, tuple) else (k,)
-    first = B.resolve(key[0])
-    if not isinstance(first, Tracer) or first.ndim != 1 or first.dtype.kind not in "iu" or \
-            not 0 < first.shape[0] <= _SEQUENTIAL_MAX or any(
-                _holds_tracer(part) or not isinstance(part, (slice, int, type(Ellipsis)))
-                for part in key[1:]):
+    """x[idx] = v with a few traced positions idx (one 1-d index among slices and ints) that
+    may repeat, as a row swap A[[k, p], :] = A[[p, k], :] with p from argmax: one write per
+    position in order, so a repeated position takes the last value as NumPy's loop does.
+    -> whether it was done."""
+    key = list(k) if isinstance(k, tuple) else [k]
+    if sum(part is Ellipsis for part in key) > 1:
         return False
-    target_shape = np.empty(s.shape)[(np.zeros(first.shape[0], np.intp),) + key[1:]].shape
+    if any(part is Ellipsis for part in key):
+        at = next(i for i, part in enumerate(key) if part is Ellipsis)
+        key[at:at + 1] = [slice(None)] * (s.ndim - len(key) + 1)
+    key = [_from_nested(part, _originals.get("asarray", np.asarray))
+           if type(part) in (list, tuple) and _holds_tracer(part) else B.resolve(part)
+           for part in key]
+    traced = [i for i, part in enumerate(key) if isinstance(part, Tracer)]
+    if len(traced) != 1:
+        return False
+    p = traced[0]
+    idx = key[p]
+    if idx.ndim != 1 or idx.dtype.kind not in "iu" or not 0 < idx.shape[0] <= _SEQUENTIAL_MAX \
+            or any(not isinstance(part, (slice, int, np.integer))
+                   for i, part in enumerate(key) if i != p):
+        return False
+    probe = list(key)
+    probe[p] = np.zeros(idx.shape[0], np.intp)
+    target_shape = np.empty(s.shape)[tuple(probe)].shape
+    # NumPy puts the one advanced index's axis where it stands, after the sliced axes before it
+    axis = sum(isinstance(part, slice) for part in key[:p])
     val = B.resolve(v)
     val = F.broadcast_to(val, target_shape) if isinstance(val, Tracer) else \
         np.broadcast_to(np.asarray(val), target_shape)
-    for i in range(first.shape[0]):
-        _setitem(s, (first[i],) + key[1:], val[i])
+    for i in range(idx.shape[0]):
+        one = list(key)
+        one[p] = idx[i]
+        _setitem(s, tuple(one), val[(slice(None),) * axis + (i,)])
     return True
 
 

@@ -1542,16 +1542,47 @@ def _slice_rewrite(emit, attrs, args):
     if r is not None and (r.step != 1 or not r):
         return None
     first, last = (k % shape[axis],) * 2 if r is None else (r.start, r.stop - 1)
+    spanned = []
     for part in x["args"]:
         n = emit.new[part]["shape"][axis]
         if off <= first and last < off + n:
             inner = first - off if r is None else slice(first - off, last + 1 - off)
             return emit("slice", [part], {"index": index[:axis] + (inner,) + index[axis + 1:]})
+        if off <= last and first < off + n:
+            spanned.append((part, max(first - off, 0), min(last + 1 - off, n), n))
         off += n
-    return None
+    # a range over several parts, every other axis whole (the elements a loop wrote, read
+    # back as y[1:]): the concatenation of the parts' pieces
+    if r is None or not all(i == axis or (rr is not None and rr == range(d))
+                            for i, (rr, d) in enumerate(zip(ranges, shape))):
+        return None
+    pieces = [part if (a, b) == (0, n) else emit(
+        "slice", [part], {"index": (slice(None),) * axis + (slice(a, b),)})
+        for part, a, b, n in spanned]
+    return emit("concatenate", pieces, {"axis": axis})
 
 
 OPS["slice"].rewrite = _slice_rewrite
+
+
+def _flat_concatenate(emit, attrs, args):
+    # a concatenation of concatenations along the same axis (read by nothing else) is one
+    axis = attrs["axis"]
+    nd = len(args[0]["shape"])
+    if not any(a["op"] == "concatenate" and a["attrs"]["axis"] % nd == axis % nd and
+               emit.users(a["id"]) == 1 for a in args):
+        return None
+    flat = []
+    for a in args:
+        if a["op"] == "concatenate" and a["attrs"]["axis"] % nd == axis % nd and \
+                emit.users(a["id"]) == 1:
+            flat.extend(a["args"])
+        else:
+            flat.append(a["id"])
+    return emit("concatenate", flat, {"axis": axis})
+
+
+OPS["concatenate"].rewrite = _flat_concatenate
 
 
 def _reshape_of_slice(emit, attrs, args):

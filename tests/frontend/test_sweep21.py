@@ -273,3 +273,52 @@ def test_fmax_and_fmin_reduce_skip_nan_and_share_ties_evenly():
     y = np.array([[1.0, np.nan], [np.nan, np.nan], [3.0, 2.0]])
     for fn in (lambda y: np.fmax.reduce(y, axis=1), lambda y: np.fmin.reduce(y, axis=0)):
         np.testing.assert_array_equal(adjit.compile(fn)(y), fn(y))
+
+
+def test_row_and_column_swaps_at_traced_positions_with_more_indices():
+    A = np.random.default_rng(0).normal(size=(4, 4))
+    b = np.array([0.1, 3.0, 2.0, -1.0])
+
+    def rows(A):
+        i, B = np.argmax(b * A[0, 0]), A.copy()
+        B[[i, 0], :] = B[[0, i], :]
+        return B
+
+    def cols(A):
+        i, B = np.argmax(b * A[0, 0]), A.copy()
+        B[:, [i, 0]] = B[:, [0, i]]
+        B[[i, 2], 1:3] = A[0, :2] * 2
+        B[(i, 0), ] = 3.0
+        return B
+    for fn in (rows, cols):
+        np.testing.assert_array_equal(adjit.compile(fn)(A), fn(A))
+        assert adjit.gradcheck(lambda A: np.sum(fn(A) * np.arange(16.0).reshape(4, 4)), A) < 1e-6
+
+
+def test_two_output_ufunc_with_one_out_slot_none_returns_the_computed_result():
+    def f(x):
+        frac = np.zeros(3)
+        return np.modf(x, out=(frac, None))[1] + frac
+
+    def shared(x):
+        a = np.zeros(3)
+        np.divmod(x, 2.0, out=(a, a))     # NumPy keeps the first output
+        return a
+    x = np.array([1.5, -2.25, 3.0])
+    for fn in (f, shared):
+        np.testing.assert_array_equal(adjit.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_recurrence_written_element_by_element_is_stacked_in_one_call(backend):
+    def ema(x):
+        y = np.zeros(len(x))
+        for i in range(1, len(x)):
+            y[i] = 0.9 * y[i - 1] + x[i]
+        return y
+    x = np.cos(np.arange(12.0))
+    np.testing.assert_allclose(adjit.compile(ema, backend=backend)(x), ema(x), rtol=1e-14)
+    assert adjit.gradcheck(lambda x: np.sum(ema(x)[3:] ** 2), x, backend=backend) < 1e-6
+    src = adjit.compile(ema, backend=backend).lower(x).source
+    assert "np.array([np.float64(0.0), " in src and "concatenate" not in src.replace(
+        "= concatenate(", "")
