@@ -768,12 +768,23 @@ def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_optio
                                                          compile_options), has_aux=has_aux)
 
 
+def _has_complex(td) -> bool:
+    return td is not None and (td[0] == "complex" or (
+        td[0] not in ("leaf", "none", "static") and any(_has_complex(c) for c in td[2])))
+
+
 def _make_jacobian(fn, argnums, has_aux, static, compile_options):
     @functools.wraps(fn)
     def traced(*args):
         nums, many = _norm_argnums(argnums, len(args), static)
         g = trace(fn, *args, static_argnums=static, differentiated=True)
         n_main, main_tree, aux_tree = _aux_split(g, fn, has_aux, "jacobian")
+        if _has_complex(main_tree) or any(_has_complex(g.meta["in_trees"][a]) for a in nums):
+            raise GradError(
+                f"jacobian (or hessian) of {_fn_name(fn)}{_defined_at(fn)} with complex "
+                "arguments or results: a complex Jacobian has no single convention "
+                "(holomorphic or not), so adjit gives none; pass and return the real and "
+                "imaginary parts as real arrays (grad, vjp and jvp take complex values)")
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
         check_differentiable(g, wrt, _fn_name(fn) + _defined_at(fn))

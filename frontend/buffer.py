@@ -138,13 +138,18 @@ class Buffer(np.ndarray):
             np.put(self, indices, values, mode=mode)
 
     def __setitem__(self, key, value):
-        if getattr(type(value), "_adjit_complex", False):
-            raise UnsupportedError(
-                f"storing traced complex values into an array made with np.zeros/np.empty"
-                f"{_at(user_where())}: adjit follows such arrays for real values only. Build "
-                "the complex array from its pieces (np.concatenate, np.stack, np.pad), or fill "
-                "two float arrays re and im and combine them: re + 1j * im")
         owner = _owner(self)
+        if getattr(type(value), "_adjit_complex", False) and owner.dtype.kind != "c":
+            raise TypeError(
+                f"storing complex values into a {owner.dtype} array{_at(user_where())}: NumPy "
+                "would drop their imaginary parts (ComplexWarning); make the array complex "
+                "(np.zeros(..., dtype=complex)) or store z.real")
+        if owner.dtype.kind == "c" and owner is not self and (
+                owner._shadow is not None or _holds_traced(value)):
+            raise UnsupportedError(
+                f"writing traced values through a view of a complex array{_at(user_where())} "
+                "(a slice taken before, v = out[:, :k]; v[...] = ...): write through the "
+                "array itself, out[:, :k] = ...")
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
             np.ndarray.__setitem__(self, key, value)
             return
@@ -355,7 +360,7 @@ def _made_here(r, inputs):
     from P = np.eye(2)) is made there too: a Buffer, which may receive traced values later.
     Results that share memory with an input (views) and those NumPy's own code asks for stay
     plain."""
-    if (type(r) is not np.ndarray or r.dtype.kind not in "biuf" or current() is None
+    if (type(r) is not np.ndarray or r.dtype.kind not in "biufc" or current() is None
             or not _user_asked()):
         return r
     arrays = [x for x in _leaves(inputs) if isinstance(x, np.ndarray)]
@@ -468,7 +473,8 @@ def traced_value(b):
 
 
 def _is_traced(x):
-    return isinstance(x, Tracer) or (isinstance(x, Buffer) and traced_value(x) is not None)
+    return isinstance(x, Tracer) or getattr(type(x), "_adjit_complex", False) or (
+        isinstance(x, Buffer) and traced_value(x) is not None)
 
 
 def _holds_traced(obj):
@@ -536,7 +542,17 @@ def _promote(owner):
         raise UnsupportedError(f"a traced value is stored into a non-contiguous array"
                                f"{_at(user_where())}; make it with np.zeros/np.empty/... "
                                "(or .copy() it) first")
-    shadow = _lifted(owner).copy_()
+    if owner.dtype.kind == "c":
+        # a complex array (np.zeros(..., complex) filled with a spectrum): its value is a
+        # traced complex array of the two parts (complex.py), written through as any other
+        from .complex import make
+        from .functions import lift
+        plain = np.array(owner.view(np.ndarray))
+        part = plain.real.dtype
+        shadow = make(lift(plain.real.copy(), part, ctx).copy_(),
+                      lift(plain.imag.copy(), part, ctx).copy_())
+    else:
+        shadow = _lifted(owner).copy_()
     np.ndarray.__setattr__(owner, "_shadow", shadow)
     ctx.promoted.append(owner)
     if owner.dtype.kind in "fc":
@@ -606,10 +622,10 @@ def making_buffers(orig):
         r = orig(*args, **kwargs)
         if current() is None or not _from_user():
             return r
-        if type(r) is np.ndarray and r.dtype.kind in "biuf":
+        if type(r) is np.ndarray and r.dtype.kind in "biufc":
             return Buffer(r)
         if isinstance(r, (list, tuple)) and all(
-                type(a) is np.ndarray and a.dtype.kind in "biuf" for a in r):
+                type(a) is np.ndarray and a.dtype.kind in "biufc" for a in r):
             # np.meshgrid's copies (a grid filled in a loop); its copy=False views stay plain
             return type(r)(Buffer(a) if a.flags.owndata else a for a in r)
         return r

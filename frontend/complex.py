@@ -64,9 +64,28 @@ class ComplexTracer:
     def real(self):
         return self.re
 
+    @real.setter
+    def real(self, value):
+        self._set_part(self.re, value, "real")
+
     @property
     def imag(self):
         return self.im
+
+    @imag.setter
+    def imag(self, value):
+        self._set_part(self.im, value, "imag")
+
+    def _set_part(self, part, value, name):
+        if not isinstance(part, Tracer):
+            raise _refuse(f"setting z.{name} of a complex array whose {name} part is not "
+                          "traced", f"build it as re + 1j * im")
+        value = B.resolve(value)
+        if is_complex(value):
+            raise TypeError(f"z.{name} = a complex value{_at(user_where())}: NumPy would drop "
+                            "its imaginary part; give a real value")
+        if value is not part:       # y.imag *= -1 has written into the part already
+            part[...] = value
 
     @property
     def T(self):
@@ -142,13 +161,11 @@ class ComplexTracer:
     def swapaxes(self, a, b):
         return _parts(lambda p: np.swapaxes(p, a, b), self)
 
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
-        _no_out(out, "z.sum")
-        return _parts(lambda p: np.sum(p, axis, keepdims=keepdims), self)
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return _sum(self, axis, dtype, out, keepdims, **kw)
 
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        _no_out(out, "z.mean")
-        return _parts(lambda p: np.mean(p, axis, keepdims=keepdims), self)
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return _mean(self, axis, dtype, out, keepdims, **kw)
 
     def cumsum(self, axis=None, dtype=None, out=None):
         _no_out(out, "z.cumsum")
@@ -181,6 +198,20 @@ class ComplexTracer:
     def __rpow__(self, o): return power(o, self)
     def __matmul__(self, o): return bilinear(np.matmul, self, o)
     def __rmatmul__(self, o): return bilinear(np.matmul, o, self)
+    def __iadd__(self, o): return self._inplace(add(self, o))
+    def __isub__(self, o): return self._inplace(sub(self, o))
+    def __imul__(self, o): return self._inplace(mul(self, o))
+    def __itruediv__(self, o): return self._inplace(div(self, o))
+    def __ipow__(self, o): return self._inplace(power(self, o))
+
+    def _inplace(self, r):
+        """y op= v writes into y, so its views see the change (as NumPy's in-place ops)."""
+        if isinstance(self.re, Tracer) and isinstance(self.im, Tracer) and \
+                isinstance(r, ComplexTracer) and r.shape == self.shape:
+            self[...] = r
+            return self
+        return r
+
     def __neg__(self): return make(-self.re, -self.im)
     def __pos__(self): return self
     def __abs__(self): return absolute(self)
@@ -219,6 +250,23 @@ def involves(args) -> bool:
         return True
     return any(is_complex(B.resolve(a)) for a in flat) and any(
         isinstance(B.resolve(a), Tracer) for a in flat)
+
+
+def holds(obj) -> bool:
+    """Does obj (a value, or lists and tuples of them) hold a ComplexTracer?"""
+    if isinstance(obj, ComplexTracer):
+        return True
+    return isinstance(obj, (list, tuple)) and any(holds(v) for v in obj)
+
+
+def from_nested(obj):
+    """np.array / np.asarray of obj holding ComplexTracers: the items stacked."""
+    if isinstance(obj, (list, tuple)):
+        items = [from_nested(v) for v in obj]
+        if any(isinstance(v, (ComplexTracer, Tracer)) for v in items):
+            return np.stack(items)
+        return np.asarray(items)
+    return B.resolve(obj)
 
 
 def split(x):
@@ -288,34 +336,42 @@ def _sub(x, y):
     return x if y is None else -y if x is None else x - y
 
 
+def _zero(p):
+    """A real operand's imaginary part: NumPy casts it to complex, x + 0j, and computes with
+    that +0.0 (so signed zeros and branch cuts come out as NumPy's: sqrt(-4 - 0j) is -2j)."""
+    return 0.0 if p is None else p
+
+
 # -- arithmetic ------------------------------------------------------------------------------------
 def add(a, b):
     (ar, ai), (br, bi) = split(a), split(b)
-    return make(ar + br, _add(ai, bi))
+    return make(ar + br, _zero(ai) + _zero(bi))
 
 
 def sub(a, b):
     (ar, ai), (br, bi) = split(a), split(b)
-    return make(ar - br, _sub(ai, bi))
+    return make(ar - br, _zero(ai) - _zero(bi))
 
 
 def mul(a, b):
     (ar, ai), (br, bi) = split(a), split(b)
-    if bi is None:
-        return make(ar * br, None if ai is None else ai * br)
-    if ai is None:
-        return make(ar * br, ar * bi)
+    ai, bi = _zero(ai), _zero(bi)
     return make(ar * br - ai * bi, ar * bi + ai * br)
 
 
 def div(a, b):
+    """NumPy's complex division (Smith's algorithm: the larger part of b divides first, so
+    neither overflows nor underflows where the quotient does not)."""
     (ar, ai), (br, bi) = split(a), split(b)
-    if bi is None:
-        return make(ar / br, None if ai is None else ai / br)
-    d = br * br + bi * bi
-    if ai is None:
-        return make(ar * br / d, -(ar * bi) / d)
-    return make((ar * br + ai * bi) / d, (ai * br - ar * bi) / d)
+    ai, bi = _zero(ai), _zero(bi)
+    wide = np.abs(br) >= np.abs(bi)
+    # where |br| >= |bi|: r = bi / br, d = br + bi r; else r = br / bi, d = bi + br r
+    big, small = np.where(wide, br, bi), np.where(wide, bi, br)
+    ratio = small / np.where(big == 0, 1.0, big)
+    d = big + small * ratio
+    re = np.where(wide, ar + ai * ratio, ar * ratio + ai) / d
+    im = np.where(wide, ai - ar * ratio, ai * ratio - ar) / d
+    return make(re, im)
 
 
 def bilinear(f, a, b, conj_a=False, conj_b=False, **kw):
@@ -395,6 +451,9 @@ def cos(z):
 
 def power(a, p):
     p = B.resolve(p)
+    if isinstance(p, (float, np.floating)) and float(p).is_integer() and abs(p) <= 64 and \
+            not isinstance(a, (int, float, complex)):
+        p = int(p)      # z ** 2.0 is z * z, as NumPy computes it (exact, and 0 at z = 0)
     if isinstance(p, (int, np.integer)) and not isinstance(p, bool) and abs(int(p)) <= 64:
         n = abs(int(p))
         r, base = None, a
@@ -408,9 +467,18 @@ def power(a, p):
             re, _ = split(a)
             return make(np.ones_like(re), None)
         return div(1.0, r) if p < 0 else r
-    if not is_complex(p) and not isinstance(p, Tracer) and float(p) == 0.5:
+    scalar = not is_complex(p) and not isinstance(p, Tracer) and np.ndim(p) == 0
+    if scalar and float(p) == 0.5:
         return sqrt(a)
-    return exp(mul(p, log(a)))
+    r = exp(mul(p, log(a)))
+    if scalar and float(p) > 0 and isinstance(r, ComplexTracer):
+        # 0 ** p is 0 for p > 0, and so is its derivative for p > 1 (through log 0 it is nan)
+        re, im = split(a)
+        zero = np.logical_and(re == 0, _zero(im) == 0)
+        safe = make(np.where(zero, 1.0, re), np.where(zero, 0.0, _zero(im)))
+        r = exp(mul(p, log(safe)))
+        return make(np.where(zero, 0.0, r.re), np.where(zero, 0.0, r.im))
+    return r
 
 
 def equal(a, b):
@@ -483,6 +551,10 @@ def _listwise(f):
     return fn
 
 
+def where_(cond, a, b):
+    return _where(cond, a, b)
+
+
 def _where(cond, a=None, b=None):
     if a is None or b is None:
         raise _refuse("np.where(condition) of a complex condition")
@@ -530,14 +602,26 @@ def _real_if_close(a, tol=100):
                   "depends on the values)", "take z.real")
 
 
-def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _in_dtype(a, dtype):
+    if dtype is None:
+        return a
+    if np.dtype(dtype).kind != "c":
+        raise _refuse(f"a sum of complex values in {np.dtype(dtype)} (NumPy drops the "
+                      "imaginary part with a warning)", "take z.real first")
+    return a.astype(dtype) if isinstance(a, ComplexTracer) else make(*split(a)).astype(dtype)
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     _no_out(out, "np.sum")
-    return _parts(lambda p: np.sum(p, axis, keepdims=keepdims), a)
+    a = _in_dtype(a, dtype)
+    r = _parts(lambda p: np.sum(p, axis, keepdims=keepdims, where=where), a)
+    return r if initial is None else add(r, initial)
 
 
-def _mean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     _no_out(out, "np.mean")
-    return _parts(lambda p: np.mean(p, axis, keepdims=keepdims), a)
+    a = _in_dtype(a, dtype)
+    return _parts(lambda p: np.mean(p, axis, keepdims=keepdims, where=where), a)
 
 
 _FUNCTIONS = {
@@ -560,7 +644,10 @@ _FUNCTIONS = {
     # NumPy's correlate conjugates its second argument for complex input
     np.correlate: lambda a, v, mode="valid": bilinear(np.correlate, a, v, conj_b=True,
                                                        mode=mode),
-    np.zeros_like: _like("zeros"), np.ones_like: _like("ones"),
+    np.zeros_like: _like("zeros"), np.ones_like: _like("ones"), np.empty_like: _like("zeros"),
+    np.full_like: lambda z, fill_value, dtype=None, *a, **k: add(
+        _like("zeros")(z, dtype), fill_value) if dtype is None or np.dtype(dtype).kind == "c"
+    else np.full_like(split(z)[0], fill_value, dtype=dtype),
     np.copy: lambda z, *a, **k: _parts(np.copy, z),
     np.asarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
     np.asanyarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),

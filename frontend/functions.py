@@ -221,7 +221,7 @@ def arctan2(y, x): return _elementwise("arctan2", [y, x], float_only=True)
 def stop_gradient(x):
     """The same values, but no cotangent flows back through them (a pytree: each array)."""
     from . import pytree
-    if isinstance(x, (list, tuple, dict)):
+    if isinstance(x, (list, tuple, dict)) or getattr(type(x), "_adjit_complex", False):
         leaves, tree, _ = pytree.flatten(x, "x")
         return pytree.unflatten(tree, [_stop_gradient(v) for v in leaves])
     return _stop_gradient(x)
@@ -276,6 +276,9 @@ def where(cond, x, y):
     >>> adjit.where(np.array([1.0, -2.0]) > 0, 1.0, 0.0)
     array([1., 0.])
     """
+    from . import complex as CX
+    if CX.involves((x, y, cond)) and (CX.is_complex(x) or CX.is_complex(y)):
+        return CX.where_(cond, x, y)        # complex branches: a choice of each part
     cond, x, y = _lists_as_arrays((cond, x, y))
     if not any(isinstance(v, Tracer) for v in (cond, x, y)):
         return np.where(cond, x, y)

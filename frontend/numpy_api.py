@@ -1950,6 +1950,13 @@ def _accepting(orig):
         if (orig.__name__ in ("asarray", "asanyarray") and isinstance(obj, B.Buffer)
                 and not args and set(kwargs) <= {"order"}):
             return obj   # the same array, as np.asarray(ndarray): writes reach it
+        if CX.holds(obj):      # traced complex values (and lists of them)
+            out = CX.from_nested(obj)
+            dtype = kwargs.get("dtype", args[0] if args else None)
+            if dtype is not None:
+                return out.astype(dtype)
+            copy = orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))
+            return out.copy() if copy and out is obj else out
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
             views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None
@@ -1957,7 +1964,7 @@ def _accepting(orig):
                 return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
             made = orig.__name__ == "array" or (isinstance(obj, (list, tuple)) and
                                                 orig.__name__ in ("asarray", "asanyarray"))
-            if made and type(r) is np.ndarray and r.dtype.kind in "biuf" and B._from_user():
+            if made and type(r) is np.ndarray and r.dtype.kind in "biufc" and B._from_user():
                 return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values
             return r
         dtype = kwargs.get("dtype", args[0] if args else None)
@@ -1990,7 +1997,10 @@ _LIST_TAKERS = tuple((np, n) for n in ("sum", "mean", "max", "min", "prod", "ama
                                        "inner", "cross", "gradient", "nansum", "nanmean",
                                        "cov", "quantile", "percentile", "ravel", "reshape",
                                        "transpose", "flip", "tile", "repeat", "pad")
-                     if hasattr(np, n)) + ((np.linalg, "norm"),)
+                     if hasattr(np, n)) + ((np.linalg, "norm"),) + tuple(
+    (np.fft, n) for n in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2",
+                          "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftshift",
+                          "ifftshift"))
 assert len(set(_LIST_TAKERS)) == len(_LIST_TAKERS)
 
 
@@ -1999,7 +2009,8 @@ def _taking_lists(orig):
     (np.dot([a, b], w), np.trapezoid(energies, dx=dt))."""
     @functools.wraps(orig)
     def fn(*args, **kwargs):
-        args = [_from_nested(a, _originals["asarray"])
+        args = [CX.from_nested(a) if isinstance(a, (list, tuple)) and CX.holds(a) else
+                _from_nested(a, _originals["asarray"])
                 if isinstance(a, (list, tuple)) and _holds_tracer(a) else a for a in args]
         return orig(*args, **kwargs)
     return fn

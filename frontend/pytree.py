@@ -102,7 +102,7 @@ def _unflatten(td, it):
                 re.dtype == im.dtype:     # traced real parts
             from .complex import ComplexTracer
             return ComplexTracer(re, im)
-        return re + 1j * im     # numbers, arrays; complex parts (a Hessian's blocks)
+        return _joined(re, im)
     if kind == "dict":
         d = {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
         return td[3](d) if len(td) > 3 else d
@@ -116,6 +116,23 @@ def _unflatten(td, it):
         return obj
     children = [_unflatten(c, it) for c in td[2]]
     return children if kind == "list" else tuple(children)
+
+
+def _joined(re, im):
+    """The complex array with parts re and im (NumPy's or CuPy's; numbers give a Python or
+    NumPy complex), written part by part: re + 1j * im would turn an infinite imaginary part
+    into a NaN real one (1j * inf is nan + inf j)."""
+    if getattr(type(re), "_adjit_complex", False) or getattr(type(im), "_adjit_complex", False):
+        return re + 1j * im     # complex parts (a Hessian's blocks, traced)
+    xp = np
+    if hasattr(re, "__cuda_array_interface__"):
+        import cupy as xp
+    re, im = xp.asarray(re), xp.asarray(im)
+    shape = np.broadcast_shapes(re.shape, im.shape)
+    z = xp.empty(shape, np.result_type(re.dtype, im.dtype, np.complex64))
+    z.real[...] = re
+    z.imag[...] = im
+    return z[()] if not shape and xp is np else z
 
 
 def num_leaves(treedef) -> int:

@@ -1393,7 +1393,14 @@ def _is(v, k):
     return v is not None and v == k
 
 
-OPS["add"].identity = lambda c: 0 if _is(c[1], 0) else 1 if _is(c[0], 0) else None
+def _adds_nothing(v):
+    """x + v is x for every x: v is an integer 0 or -0.0 (x + 0.0 turns -0.0 into +0.0, as
+    NumPy computes it: 1 / (0.0 + x) at x = -0.0 is +inf)."""
+    return v is not None and v == 0 and (not isinstance(v, float) or math.copysign(1, v) < 0)
+
+
+OPS["add"].identity = lambda c: 0 if _adds_nothing(c[1]) else 1 if _adds_nothing(c[0]) \
+    else None
 OPS["sub"].identity = lambda c: 0 if _is(c[1], 0) else None
 OPS["mul"].identity = lambda c: 0 if _is(c[1], 1) else 1 if _is(c[0], 1) else None
 OPS["div"].identity = lambda c: 0 if _is(c[1], 1) else None
