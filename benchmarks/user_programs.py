@@ -143,6 +143,14 @@ def fftconv(x, k):
     return np.sum(np.fft.irfft(np.fft.rfft(x, n) * np.fft.rfft(k, n), n) ** 2)
 
 
+def ema(x):
+    # a recurrence written element by element into np.zeros (IIR filters, returns, GAE)
+    y = np.zeros(x.shape[0])
+    for i in range(1, x.shape[0]):
+        y[i] = 0.9 * y[i - 1] + x[i]
+    return np.sum(y ** 2)
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
@@ -184,7 +192,14 @@ def jax_mirrors(jax):
         n = x.shape[0] + k.shape[0] - 1
         return jnp.sum(jnp.fft.irfft(jnp.fft.rfft(x, n) * jnp.fft.rfft(k, n), n) ** 2)
 
+    def j_ema(x):
+        y = jnp.zeros(x.shape[0])
+        for i in range(1, x.shape[0]):
+            y = y.at[i].set(0.9 * y[i - 1] + x[i])
+        return jnp.sum(y ** 2)
+
     return {
+        "ema": j_ema,
         "spectral": lambda x, target: jnp.sum(
             (jnp.abs(jnp.fft.rfft(x.reshape(-1, 512), axis=-1)) - target) ** 2),
         "fftconv": j_fftconv,
@@ -252,7 +267,14 @@ def torch_mirrors(torch):
         n = x.shape[0] + k.shape[0] - 1
         return torch.sum(torch.fft.irfft(torch.fft.rfft(x, n) * torch.fft.rfft(k, n), n) ** 2)
 
+    def t_ema(x):
+        y = torch.zeros(x.shape[0], dtype=x.dtype)
+        for i in range(1, x.shape[0]):
+            y[i] = 0.9 * y[i - 1] + x[i]
+        return torch.sum(y ** 2)
+
     return {
+        "ema": t_ema,
         "spectral": lambda x, target: torch.sum(
             (torch.abs(torch.fft.rfft(x.reshape(-1, 512), dim=-1)) - target) ** 2),
         "fftconv": t_fftconv,
@@ -309,6 +331,8 @@ def cases(quick, rng):
     nf = 60 if quick else 251
     out.append(("ola", f"{nf} frames of 512", ola, (rng.normal(size=(nf, 512)),),
                 {"window": np.hanning(512)}))
+    n = 200 if quick else 1000
+    out.append(("ema", f"n={n}", ema, (rng.normal(size=n),), {}))
     nf = 16 if quick else 128
     out.append(("spectral", f"{nf} frames of 512", spectral, (rng.normal(size=nf * 512),),
                 {"target": rng.uniform(0, 20, size=(nf, 257))}))
