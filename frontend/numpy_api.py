@@ -2175,6 +2175,14 @@ def constructors_accept_tracers():
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
                 lse._logsumexp = _scipy_logsumexp_core(lse._logsumexp)
+            sfft = sys.modules.get("scipy.fft")
+            if sfft is not None:
+                # scipy.fft's transforms (uarray-dispatched, so never reaching adjit) are
+                # np.fft's for traced arrays: same arguments first, same pocketfft results
+                _originals["scipy_fft"] = {name: getattr(sfft, name) for name in _SCIPY_FFT
+                                           if hasattr(sfft, name)}
+                for name, orig in _originals["scipy_fft"].items():
+                    setattr(sfft, name, _scipy_fft(orig, getattr(np.fft, name)))
         _patch_depth[0] += 1
     done = []
 
@@ -2204,6 +2212,10 @@ def constructors_accept_tracers():
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))
+                if "scipy_fft" in _originals:
+                    sfft = sys.modules.get("scipy.fft")
+                    for name, orig in _originals.pop("scipy_fft").items():
+                        setattr(sfft, name, orig)
                 if "scipy_logsumexp" in _originals:
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
@@ -2278,6 +2290,23 @@ def _norm_method(kind, orig):
             return F.exp(log_p) if kind == "pdf" else log_p
         z = z if kind in ("cdf", "logcdf") else F.neg(z)
         return _SCIPY_SPECIAL["log_ndtr" if kind.startswith("log") else "ndtr"](z)
+    return fn
+
+
+_SCIPY_FFT = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",
+              "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftshift", "ifftshift")
+
+
+def _scipy_fft(orig, numpy_fn):
+    """scipy.fft.<name> that sends traced arrays to np.fft.<name> (scipy's extra keywords,
+    overwrite_x and workers, change nothing in a trace; plan= is refused by NumPy's
+    signature)."""
+    @functools.wraps(orig)
+    def fn(x, *args, overwrite_x=False, workers=None, **kwargs):
+        if not (_holds_tracer(x) or CX.holds(x)):
+            return orig(x, *args, overwrite_x=overwrite_x, workers=workers, **kwargs) \
+                if "shift" not in orig.__name__ else orig(x, *args, **kwargs)
+        return numpy_fn(x, *args, **kwargs)
     return fn
 
 

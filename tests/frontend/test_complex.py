@@ -240,3 +240,14 @@ def test_in_place_operators_and_part_setters_write_through_views():
         adjit.grad(lambda x: np.sum(np.real((x + 0j) ** 2.0)))(x), [0.0, 2.0])
     np.testing.assert_array_equal(
         adjit.grad(lambda x: np.sum(np.real((x + 0j) ** 1.5)))(x), [0.0, 1.5])
+
+
+def test_scipy_fft_transforms_trace_as_numpys():
+    sf = pytest.importorskip("scipy.fft")
+
+    def f(x):
+        return (np.sum(np.abs(sf.rfft(x)) ** 2) + np.sum(sf.irfft(sf.rfft(x) * 1j, n=12) ** 2)
+                + np.sum(np.abs(sf.fftshift(sf.fft(x, norm="ortho"))) * np.arange(12)))
+    np.testing.assert_allclose(adjit.compile(f)(_X), f(_X), rtol=1e-12)
+    assert adjit.gradcheck(f, _X, eps=1e-6) < 1e-5
+    np.testing.assert_allclose(sf.rfft(_X), np.fft.rfft(_X))    # restored after tracing
