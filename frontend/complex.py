@@ -309,15 +309,19 @@ def make(re, im):
             complex(re, im) if type(re) is float and type(im) is float else re + 1j * im
     shape = np.broadcast_shapes(np.shape(re), np.shape(im))
     dt = F.result_dtype(re, im)
-    re, im = (_shaped(p, shape, dt) for p in (re, im))
+    ctx = (re if isinstance(re, Tracer) else im).ctx
+    re, im = (_shaped(p, shape, dt, ctx) for p in (re, im))
     return ComplexTracer(re, im)
 
 
-def _shaped(p, shape, dt):
+def _shaped(p, shape, dt, ctx):
+    """A part as a traced array of the complex array's shape and dtype. A constant part (the
+    zero imaginary part of x.astype(complex)) is traced too, an array of its own, so writes
+    through views of the complex array reach both parts (u = x + 0j; u[2:5] *= 1j)."""
     if isinstance(p, Tracer):
         p = F.cast(p, dt) if p.dtype != dt else p
         return p if p.shape == shape else F.broadcast_to(p, shape)
-    return np.broadcast_to(np.asarray(p, dt), shape)
+    return F.broadcast_to(F.lift(np.asarray(p, dt), dt, ctx), shape).copy_()
 
 
 def _parts(f, z):

@@ -305,9 +305,10 @@ def cast(x, dtype):
         return np.asarray(x).astype(dtype)
     if x.dtype == dtype:
         return x
-    if dtype.kind == "c":   # x.astype(complex): a complex array of its parts (complex.py)
-        from . import complex as CX
-        return CX.make(cast(x, np.finfo(dtype).dtype), None)
+    if dtype.kind == "c":   # x.astype(complex): a complex array of its parts (complex.py),
+        from . import complex as CX      # a new array (writes into it leave x alone)
+        part = cast(x, np.finfo(dtype).dtype)
+        return CX.make(part.copy_() if part is x else part, None)
     out = x.ctx.emit("cast", [x], {"dtype": dtype})
     if x.shape == () and _is_weak(x):
         x.ctx.weak.add(out.id)  # float(t) of a Python int stays a Python number

@@ -251,3 +251,22 @@ def test_scipy_fft_transforms_trace_as_numpys():
     np.testing.assert_allclose(adjit.compile(f)(_X), f(_X), rtol=1e-12)
     assert adjit.gradcheck(f, _X, eps=1e-6) < 1e-5
     np.testing.assert_allclose(sf.rfft(_X), np.fft.rfft(_X))    # restored after tracing
+
+
+def test_writes_through_views_of_a_complex_array_with_a_constant_part():
+    def field(x):                       # a phase plate on the centre pixels, through a view
+        u = x.astype(complex)
+        center = u[2:5]
+        center *= np.exp(0.5j)
+        return np.sum(np.abs(np.fft.fft(u)[1:3]) ** 2)
+
+    def frames(x):
+        S = x.reshape(2, 4).astype(complex)
+        for r in S:
+            r *= np.hanning(4)
+        return S, x                     # x itself is untouched: astype copies
+    x = np.arange(8.0)
+    np.testing.assert_allclose(adjit.compile(field)(x), field(x), rtol=1e-12)
+    assert adjit.gradcheck(field, x) < 1e-6
+    for got, want in zip(adjit.compile(frames)(x), frames(x)):
+        np.testing.assert_allclose(got, want)
