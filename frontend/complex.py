@@ -122,9 +122,21 @@ class ComplexTracer:
     # -- methods -----------------------------------------------------------------------------
     def __getitem__(self, key):
         key = B.resolve(key)
+        if isinstance(self.re, Tracer) and F.traced_mask(self.re, key) is not None:
+            # z[mask] with a traced mask: usable only to be written back, z[mask] *= 0.5
+            return _Masked(key, F.traced_mask(self.re, key), self)
         return make(self.re[key], self.im[key])
 
     def __setitem__(self, key, value):
+        if isinstance(value, _Masked):
+            if value.key is not key and not (isinstance(key, Tracer) and isinstance(
+                    value.key, Tracer) and key.id == value.key.id):
+                raise _refuse("z[mask] = w[other_mask] with traced masks",
+                              "write np.where(mask, new_values, z)")
+            m = value.mask
+            m = F.reshape(m, tuple(m.shape) + (1,) * (self.ndim - m.ndim))
+            self[...] = _where(m, value.full, self)
+            return
         vr, vi = split(value)
         for part, v in ((self.re, vr), (self.im, vi)):
             if not isinstance(part, Tracer):
@@ -228,6 +240,50 @@ class ComplexTracer:
 
     def __array_function__(self, func, types, args, kwargs):
         return array_function(func, args, kwargs)
+
+
+class _Masked:
+    """z[mask] of a complex array with a traced mask: the values where the mask holds are not
+    an array of known length, so only the in-place forms are taken (z[mask] *= 0.5: the op
+    on all of z, selected back by z[mask] = ...), as masked.py does for real arrays."""
+
+    def __init__(self, key, mask, full):
+        self.key, self.mask, self.full = key, mask, full
+
+    def _op(self, fn, o):
+        if isinstance(o, _Masked):
+            o = o.full
+        return _Masked(self.key, self.mask, fn(self.full, o))
+
+    def _rop(self, fn, o):
+        return _Masked(self.key, self.mask, fn(o.full if isinstance(o, _Masked) else o,
+                                               self.full))
+
+    # elementwise work on the selected values is done on all of z (z[m] = z[m] * 1j + 1)
+    __iadd__ = __add__ = lambda s, o: s._op(add, o)
+    __isub__ = __sub__ = lambda s, o: s._op(sub, o)
+    __imul__ = __mul__ = lambda s, o: s._op(mul, o)
+    __itruediv__ = __truediv__ = lambda s, o: s._op(div, o)
+    __pow__ = lambda s, o: s._op(power, o)
+    __radd__ = lambda s, o: s._rop(add, o)
+    __rsub__ = lambda s, o: s._rop(sub, o)
+    __rmul__ = lambda s, o: s._rop(mul, o)
+    __rtruediv__ = lambda s, o: s._rop(div, o)
+    __neg__ = lambda s: _Masked(s.key, s.mask, mul(s.full, -1.0))
+
+    def __getattr__(self, name):
+        raise _refuse("z[mask] of a complex array with a traced mask, used as an array (its "
+                      "length depends on the data)", "write z[mask] op= v, z[mask] = v, "
+                      "z[mask] = f(z[mask]) for elementwise f, or np.where(mask, f(z), z)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs or ufunc not in _UFUNCS:
+            self.__getattr__("ufunc")
+        return _Masked(self.key, self.mask, _UFUNCS[ufunc](
+            *[x.full if isinstance(x, _Masked) else x for x in inputs]))
+
+    def __array_function__(self, *a, **k):
+        self.__getattr__("function")
 
 
 # -- the parts of any operand ----------------------------------------------------------------------

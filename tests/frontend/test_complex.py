@@ -270,3 +270,18 @@ def test_writes_through_views_of_a_complex_array_with_a_constant_part():
     assert adjit.gradcheck(field, x) < 1e-6
     for got, want in zip(adjit.compile(frames)(x), frames(x)):
         np.testing.assert_allclose(got, want)
+
+
+def test_masked_in_place_updates_of_a_spectrum():
+    def soft(x):                        # spectral soft-thresholding
+        X = np.fft.fft(x)
+        X[np.abs(X) < 3] *= 0.5
+        m = np.abs(X) > 3
+        X[m] = np.exp(X[m] * 0.1j) + 1
+        X[~m] += 1
+        return X
+    x = np.arange(8.0) - 3.5
+    np.testing.assert_allclose(adjit.compile(soft)(x), soft(x), rtol=1e-12)
+    assert adjit.gradcheck(lambda x: np.sum(np.abs(soft(x))), x) < 1e-6
+    with pytest.raises(adjit.UnsupportedError, match="length depends on the data"):
+        adjit.compile(lambda x: np.sum(np.fft.fft(x)[np.abs(np.fft.fft(x)) > 3]))(x)
