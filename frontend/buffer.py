@@ -137,6 +137,20 @@ class Buffer(np.ndarray):
         else:
             np.put(self, indices, values, mode=mode)
 
+    def __setattr__(self, name, value):
+        owner = _owner(self)
+        if name in ("real", "imag") and owner.dtype.kind == "c" and (
+                owner._shadow is not None or _holds_traced(value)):
+            # w = np.empty(n, complex); w.real = x: the traced part of the complex value
+            if owner is not self:
+                raise UnsupportedError(f"setting .{name} of a view of a complex array with "
+                                       f"traced values{_at(user_where())}: set it on the "
+                                       "array itself")
+            _promote(owner)
+            setattr(owner._shadow, name, resolve(value))
+            return
+        np.ndarray.__setattr__(self, name, value)
+
     def __setitem__(self, key, value):
         owner = _owner(self)
         if getattr(type(value), "_adjit_complex", False) and owner.dtype.kind != "c":
@@ -148,8 +162,8 @@ class Buffer(np.ndarray):
                 owner._shadow is not None or _holds_traced(value)):
             raise UnsupportedError(
                 f"writing traced values through a view of a complex array{_at(user_where())} "
-                "(a slice taken before, v = out[:, :k]; v[...] = ...): write through the "
-                "array itself, out[:, :k] = ...")
+                "(a slice taken before, v = out[:, :k]; v[...] = ..., or out.real[:] = ...): "
+                "write through the array itself, out[:, :k] = ..., out.real = ...")
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
             np.ndarray.__setitem__(self, key, value)
             return
@@ -396,6 +410,13 @@ def _make_iop(name, binary):
         if current_value is None:
             current_value = _lifted(self)
         r = getattr(current_value, binary)(resolve(other))
+        if getattr(type(r), "_adjit_complex", False):   # a complex array: z *= np.exp(1j * x)
+            if tuple(r.shape) != tuple(self.shape):
+                raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
+                                 f"doesn't match the broadcast shape {tuple(r.shape)}"
+                                 f"{_at(user_where())} (as NumPy)")
+            self[...] = r
+            return self
         probe = current_value.copy_()
         _store(probe, r, f"x {name} y")  # NumPy's shape and casting rules for x op= y
         self[...] = probe
@@ -525,9 +546,15 @@ def _plain_tree(obj):
 
 
 def _lifted(b):
-    """b's current (plain) value as a constant of the active trace."""
+    """b's current (plain) value as a constant of the active trace (a complex one: its two
+    parts, complex.py)."""
     from .functions import lift
     plain = np.array(b.view(np.ndarray))
+    if plain.dtype.kind == "c":
+        from .complex import make
+        part = plain.real.dtype
+        return make(lift(plain.real.copy(), part, current()),
+                    lift(plain.imag.copy(), part, current()))
     return lift(plain, plain.dtype, current())
 
 

@@ -348,13 +348,16 @@ def split(x):
 
 
 def _float(p):
-    """Integer and boolean parts become float64, as NumPy's complex128 holds them."""
+    """Integer and boolean parts become float64, as NumPy's complex128 holds them; float16
+    parts float32 (NumPy has no complex32: np.fft of float16 computes in complex64)."""
     if isinstance(p, Tracer):
-        return F.cast(p, np.float64) if p.dtype.kind in "biu" else p
+        return F.cast(p, np.float64) if p.dtype.kind in "biu" else \
+            F.cast(p, np.float32) if p.dtype == np.float16 else p
     if isinstance(p, (bool, int)) and not isinstance(p, np.generic):
         return float(p)
     a = np.asarray(p)
-    return a.astype(np.float64) if a.dtype.kind in "biu" else p
+    return a.astype(np.float64) if a.dtype.kind in "biu" else \
+        a.astype(np.float32) if a.dtype == np.float16 else p
 
 
 def make(re, im):

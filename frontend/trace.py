@@ -401,7 +401,16 @@ def _name_the_library(e):
     public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
     name = f"{public}.{getattr(named.f_code, 'co_qualname', named.f_code.co_name)}"
     where = _at(user_where(called.f_back))
-    if public.startswith("scipy.signal"):
+    method = named.f_locals.get("method") if named.f_code.co_name == "__ua_function__" else None
+    if method is not None and hasattr(method, "__name__"):    # scipy.fft's uarray dispatch
+        name = f"{getattr(method, '__module__', 'scipy.fft') or 'scipy.fft'}.{method.__name__}"
+        name = name.replace("scipy.fft._realtransforms", "scipy.fft").replace(
+            "scipy.fft._basic", "scipy.fft")
+    if public.startswith(("scipy.fft", "scipy.fftpack")):
+        instead = ("np.fft's transforms, or scipy.fft's fft/ifft/rfft/irfft/hfft and their "
+                   "2-d and n-d forms, which adjit traces; a DCT-II is a matrix product with "
+                   "the constant matrix 2 cos(pi k (2n + 1) / 2N), x @ C.T")
+    elif public.startswith("scipy.signal"):
         instead = ("np.convolve or np.correlate for 1-d signals (scipy.signal picks an FFT "
                    "for large ones, which adjit cannot trace), or a sum of shifted slices or "
                    "np.einsum over sliding windows for 2-d")

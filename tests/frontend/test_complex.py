@@ -285,3 +285,49 @@ def test_masked_in_place_updates_of_a_spectrum():
     assert adjit.gradcheck(lambda x: np.sum(np.abs(soft(x))), x) < 1e-6
     with pytest.raises(adjit.UnsupportedError, match="length depends on the data"):
         adjit.compile(lambda x: np.sum(np.fft.fft(x)[np.abs(np.fft.fft(x)) > 3]))(x)
+
+
+_Z8 = np.array([0.3, 0.7, 1.1, -0.4, 0.2, 0.5, 0.9, -1.0])
+
+
+def _filled(z):
+    w = np.zeros(8, complex)
+    w[:] = np.exp(1j * z)
+    return np.sum(np.imag(w * 2))
+
+
+def _updated(z):
+    u = np.ones(8, complex)
+    u *= np.exp(1j * z)
+    return np.sum(np.real(u) * np.arange(8))
+
+
+def _parts_set(z):
+    w = np.empty(8, complex)
+    w.real = z
+    w.imag = 0.0
+    return np.sum(np.abs(w * 1j) ** 2)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda z: np.sum(np.abs(np.exp(1j * np.sqrt(np.arange(4.0)) * z[0]) + 1) ** 2),
+    lambda z: np.sum(np.abs(np.ones(8, complex) * np.exp(1j * z)) ** 2 * np.arange(8)),
+    lambda z: np.sum(np.abs(np.zeros(8, complex) + z) ** 2),
+    lambda z: np.sum(np.abs(np.exp(-1j * np.outer(np.linspace(0, 1, 8), np.ones(8)))
+                            * np.exp(1j * z)) ** 2),
+    lambda z: np.sum(np.abs(np.exp(-2j * np.pi * np.outer(np.arange(8), np.arange(8)) / 8) @ z)
+                     ** 2), _filled, _updated, _parts_set])
+def test_complex_arrays_made_inside_meet_traced_values(fn):
+    np.testing.assert_allclose(adjit.compile(fn)(_Z8), fn(_Z8), rtol=1e-12)
+    assert adjit.gradcheck(fn, _Z8) < 1e-6
+
+
+def test_float16_signals_transform_in_complex64_and_scipy_transforms_adjit_lacks_are_named():
+    x16 = np.arange(8, dtype=np.float16) * 0.3
+    for fn in (np.fft.fft, lambda x: np.abs(np.fft.rfft(x)), lambda x: np.fft.irfft(np.fft.rfft(x))):
+        got, want = adjit.compile(fn)(x16), fn(x16)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    sf = pytest.importorskip("scipy.fft")
+    with pytest.raises(adjit.UnsupportedError, match=r"scipy\.fft\.dct .*np\.fft"):
+        adjit.compile(lambda x: sf.dct(x))(np.ones(8))
