@@ -7,6 +7,7 @@ CuPy; creating a CupyRuntime does.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 
@@ -224,39 +225,16 @@ def device_ops(rt):
     def concatenate(*xs, axis):
         return xp.concatenate(xs, axis=axis)
 
-    # cuFFT through xp.fft; complex arrays are their parts (..., 2) (ir/ops.py)
-    def as_complex(x):
-        return xp.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[..., 0]
-
-    def as_parts(z, dtype):
-        z = xp.ascontiguousarray(z)
-        parts = z.view(z.real.dtype).reshape(z.shape + (2,))
-        return parts if parts.dtype == dtype else parts.astype(dtype)
-
-    def fft(x, axis, inverse=False, norm="backward"):
-        z = (xp.fft.ifft if inverse else xp.fft.fft)(as_complex(x), axis=axis, norm=norm)
-        return as_parts(z, x.dtype)
+    # cuFFT through xp.fft; complex arrays are their parts (..., 2): ir/ops.py's references
+    # with the array module given
+    from ..ir.ops import _cabs, _fft, _irfft, _rfft
+    fft, rfft, irfft, cabs = (functools.partial(f, xp=xp) for f in (_fft, _rfft, _irfft, _cabs))
 
     def nanmax(x, axis, keepdims):
         return xp.nanmax(x, axis=axis, keepdims=keepdims)
 
     def nanmin(x, axis, keepdims):
         return xp.nanmin(x, axis=axis, keepdims=keepdims)
-
-    def cabs(x):
-        return xp.abs(as_complex(x))
-
-    def rfft(x, axis, norm="backward"):
-        named = isinstance(norm, str)
-        parts = as_parts(xp.fft.rfft(x, axis=axis, norm=norm if named else "backward"),
-                         x.dtype)
-        return parts if named else parts * x.dtype.type(norm)
-
-    def irfft(x, axis, n, norm="backward"):
-        named = isinstance(norm, str)
-        y = xp.fft.irfft(as_complex(x), n, axis=axis, norm=norm if named else "forward")
-        y = y.astype(x.dtype, copy=False)
-        return y if named else y * x.dtype.type(norm)
 
     ops = {name: od.numpy for name, od in OPS.items()}
     ops.update(unslice=unslice, scatter_add=scatter_add, one_hot=one_hot,

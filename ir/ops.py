@@ -719,24 +719,27 @@ def _sum_vjp(g, out, x, axis, keepdims):
     return [F.broadcast_to(g, x.shape)]
 
 
-def _max_vjp(g, out, x, axis, keepdims):
-    # the cotangent is shared equally among tied maxima, so the VJP is the same as JAX's
+def _max_vjp(g, out, x, axis, keepdims, skip_nan=False):
+    # the cotangent is shared equally among tied maxima, so the VJP is the same as JAX's.
+    # skip_nan (nanmax, nanmin): NaN is never equal to the result, and a slice of NaN only
+    # (result NaN) has no element equal to it: its count is taken as 1, its cotangent 0
     kept = {"axis": axis, "keepdims": True}
     if not keepdims:
         g = F.reshape(g, reduce_shape([x.shape], kept))
         out = F.reshape(out, reduce_shape([x.shape], kept))
     mask = F.cast(F.eq(x, F.broadcast_to(out, x.shape)), x.dtype)
     count = F.sum(mask, axis=axis, keepdims=True)
+    count = F.maximum(count, 1.0) if skip_nan else count
     return [F.mul(mask, F.broadcast_to(F.div(g, count), x.shape))]
 
 
-def _max_jvp(t, out, x, axis, keepdims):
+def _max_jvp(t, out, x, axis, keepdims, skip_nan=False):
     kept = {"axis": axis, "keepdims": True}
     o = out if keepdims else F.reshape(out, reduce_shape([x.shape], kept))
     mask = F.cast(F.eq(x, F.broadcast_to(o, x.shape)), x.dtype)
-    share = F.div(F.sum(F.mul(mask, t[0]), axis=axis, keepdims=keepdims),
-                  F.sum(mask, axis=axis, keepdims=keepdims))
-    return share
+    count = F.sum(mask, axis=axis, keepdims=keepdims)
+    return F.div(F.sum(F.mul(mask, t[0]), axis=axis, keepdims=keepdims),
+                 F.maximum(count, 1.0) if skip_nan else count)
 
 
 _register(OpDef(
@@ -751,32 +754,13 @@ _register(OpDef(
     lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=_lowest))
 
 
-def _nan_extreme_vjp(g, out, x, axis, keepdims):
-    # as max's, NaN never equal to the result; a slice of NaN only (result NaN) has no
-    # element equal to it and gets 0 (its count taken as 1)
-    kept = {"axis": axis, "keepdims": True}
-    if not keepdims:
-        g = F.reshape(g, reduce_shape([x.shape], kept))
-        out = F.reshape(out, reduce_shape([x.shape], kept))
-    mask = F.cast(F.eq(x, F.broadcast_to(out, x.shape)), x.dtype)
-    count = F.maximum(F.sum(mask, axis=axis, keepdims=True), 1.0)
-    return [F.mul(mask, F.broadcast_to(F.div(g, count), x.shape))]
-
-
-def _nan_extreme_jvp(t, out, x, axis, keepdims):
-    kept = {"axis": axis, "keepdims": True}
-    o = out if keepdims else F.reshape(out, reduce_shape([x.shape], kept))
-    mask = F.cast(F.eq(x, F.broadcast_to(o, x.shape)), x.dtype)
-    return F.div(F.sum(F.mul(mask, t[0]), axis=axis, keepdims=keepdims),
-                 F.maximum(F.sum(mask, axis=axis, keepdims=keepdims), 1.0))
-
-
 for _name, _uf in (("nanmax", "fmax"), ("nanmin", "fmin")):
     _register(OpDef(
         _name, 1, "reduction", reduce_shape, first_dtype,
         lambda x, axis, keepdims, uf=getattr(np, _uf): uf.reduce(x, axis=axis,
                                                                   keepdims=keepdims),
-        _nan_extreme_vjp, _nan_extreme_jvp,
+        lambda g, out, x, axis, keepdims: _max_vjp(g, out, x, axis, keepdims, skip_nan=True),
+        lambda t, out, x, axis, keepdims: _max_jvp(t, out, x, axis, keepdims, skip_nan=True),
         # a call of the reference (CuPy's runtime puts cupy.nanmax / nanmin there)
         lambda args, a, name=_name: f"_rt_ops[{name!r}]({args[0]}, axis={tuple(a['axis'])}, "
                                     f"keepdims={bool(a['keepdims'])})",
@@ -840,21 +824,22 @@ _register(OpDef(
 _FFT_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
-def as_complex(x):
+# xp: the array module (NumPy's here; CuPy's runtime passes cupy for its device ops)
+def as_complex(x, xp=np):
     """The complex array whose parts x (..., 2) holds (a view where x is contiguous)."""
-    return np.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[..., 0]
+    return xp.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[..., 0]
 
 
-def as_parts(z, dtype):
+def as_parts(z, dtype, xp=np):
     """The parts (..., 2) of the complex array z, in dtype (a view of a contiguous z)."""
-    z = np.ascontiguousarray(z)
+    z = xp.ascontiguousarray(z)
     parts = z.view(z.real.dtype).reshape(z.shape + (2,))
     return parts if parts.dtype == dtype else parts.astype(dtype)
 
 
-def _fft(x, axis, inverse=False, norm="backward"):
-    z = (np.fft.ifft if inverse else np.fft.fft)(as_complex(x), axis=axis, norm=norm)
-    return as_parts(z, x.dtype)
+def _fft(x, axis, inverse=False, norm="backward", xp=np):
+    z = (xp.fft.ifft if inverse else xp.fft.fft)(as_complex(x, xp), axis=axis, norm=norm)
+    return as_parts(z, x.dtype, xp)
 
 
 _register(OpDef(
@@ -903,18 +888,22 @@ def _unnormed(norm, n, inverse):
     return 1.0 / n if (norm == "backward") == inverse else 1.0
 
 
-def _rfft(x, axis, norm="backward"):
+def _rfft(x, axis, norm="backward", xp=np):
     if isinstance(norm, str):
-        return as_parts(np.fft.rfft(x, axis=axis, norm=norm), x.dtype)
-    return as_parts(np.fft.rfft(x, axis=axis), x.dtype) * np.asarray(norm, x.dtype)
+        return as_parts(xp.fft.rfft(x, axis=axis, norm=norm), x.dtype, xp)
+    return as_parts(xp.fft.rfft(x, axis=axis), x.dtype, xp) * x.dtype.type(norm)
 
 
-def _irfft(x, axis, n, norm="backward"):
+def _irfft(x, axis, n, norm="backward", xp=np):
     if isinstance(norm, str):
-        y = np.fft.irfft(as_complex(x), n, axis=axis, norm=norm)
+        y = xp.fft.irfft(as_complex(x, xp), n, axis=axis, norm=norm)
     else:
-        y = np.fft.irfft(as_complex(x), n, axis=axis, norm="forward") * np.asarray(norm, x.dtype)
+        y = xp.fft.irfft(as_complex(x, xp), n, axis=axis, norm="forward") * x.dtype.type(norm)
     return y.astype(x.dtype, copy=False)
+
+
+def _cabs(x, xp=np):
+    return xp.abs(as_complex(x, xp))
 
 
 def _rfft_vjp(g, out, x, axis, norm="backward"):
@@ -935,7 +924,7 @@ def _cabs_share(x, out):
 
 _register(OpDef(
     "cabs", 1, "matmul", lambda s, a: tuple(s[0][:-1]), first_dtype,
-    lambda x: np.abs(as_complex(x)),
+    _cabs,
     lambda g, out, x: [F.mul(F.broadcast_to(F.reshape(g, tuple(g.shape) + (1,)), x.shape),
                              _cabs_share(x, out))],
     lambda t, out, x: F.sum(F.mul(t[0], _cabs_share(x, out)), axis=-1),
