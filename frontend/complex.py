@@ -1,14 +1,18 @@
 """Complex arrays while tracing, held as their real and imaginary parts.
 
 adjit's IR is real. A complex value a traced function makes (`1j * x`, `np.exp(1j * theta)`,
-`np.fft.rfft(x)`, a complex NumPy constant meeting a traced value) is a `ComplexTracer`: its
-real and imaginary parts, each a Tracer or a NumPy array, at least one traced. Complex
-arithmetic is spelled on the parts with the ordinary NumPy functions, so the gradient rules,
-fusion, checkpointing and every backend apply unchanged; Fourier transforms are the registry
-ops `fft`, `rfft` and `irfft` on the parts interleaved (..., 2). NumPy's np.fft functions also take real traced arrays.
+`np.fft.rfft(x)`, a complex NumPy constant meeting a traced value, a complex array made inside
+that receives traced values) is a `ComplexTracer`: its real and imaginary parts, two traced
+arrays of one shape (a constant part is traced too, so writes through views reach both).
+Complex arithmetic is spelled on the parts with the ordinary NumPy functions, as NumPy computes
+it (Smith's division, the +0.0 imaginary part of a real operand, so signed zeros and branch
+cuts agree), and the gradient rules, fusion, checkpointing and every backend apply unchanged.
+Fourier transforms and magnitudes are the registry ops `fft`, `rfft`, `irfft` and `cabs` on the
+parts interleaved (..., 2), NumPy's memory layout of complex numbers. np.fft (and scipy.fft's
+transforms) also take real traced arrays.
 
-A function may return complex arrays (compile answers complex NumPy arrays, rebuilt from the
-two parts by the pytree layer); a loss for grad must be real (np.abs(z) ** 2, z.real, ...).
+Complex arguments and results are split into their parts and rebuilt by the pytree layer
+(compile answers complex arrays); a loss for grad must be real (np.abs(z) ** 2, z.real, ...).
 Everything on complex values that is not listed here is refused naming the user's line, never
 computed on the real part alone.
 """
@@ -301,16 +305,15 @@ def involves(args) -> bool:
     or a complex constant next to a traced value."""
     flat = []
     for a in args:
-        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+        flat.extend(B.resolve(v) for v in (a if isinstance(a, (list, tuple)) else [a]))
     if any(isinstance(a, ComplexTracer) for a in flat):
         return True
-    return any(is_complex(B.resolve(a)) for a in flat) and any(
-        isinstance(B.resolve(a), Tracer) for a in flat)
+    return any(is_complex(a) for a in flat) and any(isinstance(a, Tracer) for a in flat)
 
 
 def holds(obj) -> bool:
     """Does obj (a value, or lists and tuples of them) hold a ComplexTracer?"""
-    if isinstance(obj, ComplexTracer):
+    if isinstance(B.resolve(obj), ComplexTracer):
         return True
     return isinstance(obj, (list, tuple)) and any(holds(v) for v in obj)
 
