@@ -71,13 +71,15 @@ def _scalar_stacks(g, sched):
               g[n]["attrs"].get("axis", 0) == 0 and len(g[n]["shape"]) == 1 and
               len(g.args(n)) > 1 and all(piece(a) or number(a) for a in g.args(n)) and
               sum(piece(a) for a in g.args(n)) > 1}
-    pieces = {a for n in stacks for a in g.args(n) if piece(a)}
-    # a piece read elsewhere stays a reshape, and so do the stacks that read it
-    for a in sorted(pieces):
-        if any(u not in stacks for u in users.get(a, [])):
-            stacks -= {u for u in users[a] if u in stacks}
-    pieces = {a for n in stacks for a in g.args(n) if piece(a)}
-    return pieces, stacks
+    # a piece read elsewhere stays a reshape, and so do the stacks that read it, and the
+    # pieces those share with other stacks: repeated until nothing changes
+    while True:
+        pieces = {a for n in stacks for a in g.args(n) if piece(a)}
+        dropped = {u for a in pieces if any(v not in stacks for v in users.get(a, []))
+                   for u in users.get(a, []) if u in stacks}
+        if not dropped:
+            return pieces, stacks
+        stacks -= dropped
 
 
 class Codegen:

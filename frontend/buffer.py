@@ -149,6 +149,14 @@ class Buffer(np.ndarray):
             _promote(owner)
             setattr(owner._shadow, name, resolve(value))
             return
+        if name in ("shape", "dtype", "strides", "flat") and (
+                traced_value(self) is not None or _holds_traced(value)):
+            raise UnsupportedError(
+                f"setting x.{name} of an array holding traced values{_at(user_where())}: "
+                "adjit follows new arrays, not changes of layout in place; write "
+                + ("x = x.reshape(...)" if name == "shape" else "x = x.astype(...)"
+                   if name == "dtype" else "x[...] = values" if name == "flat" else
+                   "x = x.copy() with the layout you need"))
         np.ndarray.__setattr__(self, name, value)
 
     def __setitem__(self, key, value):
@@ -158,12 +166,6 @@ class Buffer(np.ndarray):
                 f"storing complex values into a {owner.dtype} array{_at(user_where())}: NumPy "
                 "would drop their imaginary parts (ComplexWarning); make the array complex "
                 "(np.zeros(..., dtype=complex)) or store z.real")
-        if owner.dtype.kind == "c" and owner is not self and (
-                owner._shadow is not None or _holds_traced(value)):
-            raise UnsupportedError(
-                f"writing traced values through a view of a complex array{_at(user_where())} "
-                "(a slice taken before, v = out[:, :k]; v[...] = ..., or out.real[:] = ...): "
-                "write through the array itself, out[:, :k] = ..., out.real = ...")
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
             np.ndarray.__setitem__(self, key, value)
             return
@@ -181,6 +183,20 @@ class Buffer(np.ndarray):
             new = value.full if isinstance(value, Selection) else resolve(value)
             value, key = where(k, new, traced_value(self)), Ellipsis
         from .functions import index_target
+        if owner.dtype.kind == "c":
+            # a view of a complex array (u[2:] += x[2:]): each part written at the view's
+            # positions
+            from .complex import split
+            if self.dtype.kind != "c":
+                raise UnsupportedError(
+                    f"writing traced values through u.real or u.imag of a complex array"
+                    f"{_at(user_where())}: set the part whole, u.real = ..., or write complex "
+                    "values into u itself")
+            grid = _positions(self, owner)
+            pieces = split(resolve(value))
+            for part, v in zip((owner._shadow.re, owner._shadow.im), pieces):
+                part.assign_at(*index_target(part, key, 0.0 if v is None else v, grid=grid))
+            return
         owner._shadow.assign_at(*index_target(owner._shadow, key, resolve(value),
                                               grid=_positions(self, owner)))
 
@@ -619,7 +635,13 @@ def _view_value(view, owner):
     """The current value of a view of a promoted Buffer, read from its shadow."""
     from .functions import gather, reshape
     pos = _positions(view, owner)
-    flat = reshape(owner._shadow, (-1,))
+    shadow = owner._shadow
+    if getattr(type(shadow), "_adjit_complex", False):
+        from .complex import make
+        parts = [reshape(gather(reshape(p, (-1,)), [pos.reshape(-1)], (("a", 0),)),
+                         view.shape).copy_() for p in (shadow.re, shadow.im)]
+        return make(*parts)
+    flat = reshape(shadow, (-1,))
     return reshape(gather(flat, [pos.reshape(-1)], (("a", 0),)), view.shape).copy_()
 
 

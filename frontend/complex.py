@@ -150,7 +150,7 @@ class ComplexTracer:
             part[key] = 0.0 if v is None else v
 
     def conj(self):
-        return make(self.re, -self.im)
+        return make(self.re.copy_(), -self.im)     # a new array: no part shared with z
 
     conjugate = conj
 
@@ -169,7 +169,7 @@ class ComplexTracer:
         return _parts(lambda p: np.ravel(p, order), self)
 
     def flatten(self, order="C"):
-        return _parts(lambda p: np.reshape(p, -1, order=order), self)
+        return _parts(lambda p: np.reshape(p, -1, order=order).copy_(), self)
 
     def squeeze(self, axis=None):
         return _parts(lambda p: np.squeeze(p, axis), self)
@@ -193,10 +193,9 @@ class ComplexTracer:
             raise _refuse(f"z.astype({dtype}) of a complex traced array (NumPy drops the "
                           "imaginary part with a warning)", "take z.real explicitly")
         part = np.finfo(dtype).dtype
-        return make(F.cast(self.re, part) if isinstance(self.re, Tracer) else
-                    np.asarray(self.re, part),
-                    F.cast(self.im, part) if isinstance(self.im, Tracer) else
-                    np.asarray(self.im, part))
+        if part == self.re.dtype and copy is False:
+            return self
+        return make(*(_copied(F.cast(p, part), p) for p in (self.re, self.im)))
 
     def dot(self, other):
         return bilinear(np.dot, self, other)
@@ -229,7 +228,7 @@ class ComplexTracer:
         return r
 
     def __neg__(self): return make(-self.re, -self.im)
-    def __pos__(self): return self
+    def __pos__(self): return make(self.re.copy_(), self.im.copy_())
     def __abs__(self): return absolute(self)
     def __eq__(self, o): return equal(self, o)
     def __ne__(self, o): return np.logical_not(equal(self, o))
@@ -312,10 +311,17 @@ def involves(args) -> bool:
 
 
 def holds(obj) -> bool:
-    """Does obj (a value, or lists and tuples of them) hold a ComplexTracer?"""
-    if isinstance(B.resolve(obj), ComplexTracer):
-        return True
-    return isinstance(obj, (list, tuple)) and any(holds(v) for v in obj)
+    """Does obj (a value, or lists and tuples of them) hold a ComplexTracer, or a complex
+    constant beside a traced value (np.array([1j, x[0]]))?"""
+    def leaves(o):
+        if isinstance(o, (list, tuple)):
+            for v in o:
+                yield from leaves(v)
+        else:
+            yield B.resolve(o)
+    items = list(leaves(obj))
+    return any(isinstance(v, ComplexTracer) for v in items) or (
+        any(is_complex(v) for v in items) and any(isinstance(v, Tracer) for v in items))
 
 
 def from_nested(obj):
@@ -348,6 +354,11 @@ def split(x):
     if isinstance(x, (bool, int, float)):
         return x, None
     raise _refuse(f"a {type(x).__name__} in complex arithmetic")
+
+
+def _copied(p, original):
+    """p, a new array where it is the original's own Tracer (astype copies)."""
+    return p.copy_() if p is original else p
 
 
 def _float(p):
@@ -532,19 +543,23 @@ def power(a, p):
         if r is None:
             re, _ = split(a)
             return make(np.ones_like(re), None)
-        return div(1.0, r) if p < 0 else r
+        return div(1.0, r) if p < 0 else +r if r is a else r     # z ** 1 is a new array
     scalar = not is_complex(p) and not isinstance(p, Tracer) and np.ndim(p) == 0
     if scalar and float(p) == 0.5:
         return sqrt(a)
-    r = exp(mul(p, log(a)))
-    if scalar and float(p) > 0 and isinstance(r, ComplexTracer):
-        # 0 ** p is 0 for p > 0, and so is its derivative for p > 1 (through log 0 it is nan)
-        re, im = split(a)
-        zero = np.logical_and(re == 0, _zero(im) == 0)
-        safe = make(np.where(zero, 1.0, re), np.where(zero, 0.0, _zero(im)))
-        r = exp(mul(p, log(safe)))
-        return make(np.where(zero, 0.0, r.re), np.where(zero, 0.0, r.im))
-    return r
+    # exp(p log a), and at a = 0 NumPy's values: 1 for p = 0, 0 for a real p > 0, else nan
+    # (through log 0 the value and the derivative would be nan)
+    re, im = split(a)
+    pr, pi = split(p)
+    zero = np.logical_and(re == 0, _zero(im) == 0)
+    safe = make(np.where(zero, 1.0, re), np.where(zero, 0.0, _zero(im)))
+    r = exp(mul(p, log(safe)))
+    if not isinstance(r, ComplexTracer):
+        return r
+    p_zero = np.logical_and(pr == 0, _zero(pi) == 0)
+    to_zero = np.logical_and(pr > 0, _zero(pi) == 0)
+    at_zero = np.where(p_zero, 1.0, np.where(to_zero, 0.0, np.nan))
+    return make(np.where(zero, at_zero, r.re), np.where(zero, 0.0, r.im))
 
 
 def equal(a, b):
@@ -555,8 +570,8 @@ def equal(a, b):
 # -- NumPy dispatch --------------------------------------------------------------------------------
 _UFUNCS = {
     np.add: add, np.subtract: sub, np.multiply: mul, np.divide: div, np.power: power,
-    np.negative: lambda z: mul(z, -1.0), np.positive: lambda z: z,
-    np.conjugate: lambda z: make(split(z)[0], _neg(split(z)[1])),
+    np.negative: lambda z: mul(z, -1.0), np.positive: lambda z: +make(*split(z)),
+    np.conjugate: lambda z: make(*split(z)).conj(),
     np.absolute: absolute, np.exp: exp, np.log: log, np.sqrt: sqrt, np.sin: sin, np.cos: cos,
     np.square: lambda z: mul(z, z), np.reciprocal: lambda z: div(1.0, z),
     np.matmul: lambda a, b: bilinear(np.matmul, a, b),
@@ -654,12 +669,15 @@ def _vdot(a, b):
 
 
 def _like(fill):
-    def fn(z, dtype=None, *args, **kw):
+    def fn(z, dtype=None, order="K", subok=True, shape=None):
         re, _ = split(z)
         if dtype is not None and np.dtype(dtype).kind != "c":
-            return {"zeros": np.zeros_like, "ones": np.ones_like}[fill](re, dtype=dtype)
-        base = np.zeros_like(re)
-        return make(base + 1.0 if fill == "ones" else base, np.zeros_like(re))
+            return {"zeros": np.zeros_like, "ones": np.ones_like}[fill](re, dtype=dtype,
+                                                                         shape=shape)
+        part = np.finfo(dtype).dtype if dtype is not None else F._dtype_of(re)
+        base = np.zeros_like(re, dtype=part, shape=shape)
+        return make(base + 1.0 if fill == "ones" else base,
+                    np.zeros_like(re, dtype=part, shape=shape))
     return fn
 
 
@@ -693,7 +711,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
 _FUNCTIONS = {
     np.real: lambda z: split(z)[0],
     np.imag: lambda z: _both(z)[1],
-    np.conj: lambda z: make(split(z)[0], _neg(split(z)[1])),
+    np.conj: lambda z: make(*split(z)).conj(),
     np.angle: angle, np.abs: absolute, np.absolute: absolute,
     np.iscomplexobj: lambda z: True, np.isrealobj: lambda z: False,
     np.iscomplex: lambda z: _both(z)[1] != 0, np.isreal: lambda z: _both(z)[1] == 0,

@@ -403,10 +403,10 @@ def pad(x, pad_width, mode="constant", **kw):
             owner[lead + (slice(0, int(b)),)] = 2 * i
             owner[lead + (slice(out_shape[i] - int(a), out_shape[i]),)] = 2 * i + 1
         for k, v in enumerate(v for pair in pairs for v in pair):
-            mask = (owner == k).astype(x.dtype)
-            if mask.any():
-                out = F.add(out, F.mul(F.cast(v, x.dtype) if isinstance(v, Tracer) else
-                                       np.asarray(v, x.dtype), mask))
+            mask = owner == k
+            if mask.any():      # selected, not added: an inf or -0.0 border stays itself
+                out = F.where(mask, F.cast(v, x.dtype) if isinstance(v, Tracer) else
+                              np.asarray(v, x.dtype), out)
         return out
     if np.any(np.asarray(cv) != 0):
         border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=cv)

@@ -1303,6 +1303,11 @@ def full_like(x, value, dtype=None):
     dtype = np.dtype(dtype or _dtype_of(x))
     if not isinstance(x, Tracer):
         return np.full_like(x, value, dtype=dtype)
+    if dtype.kind == "c":   # np.zeros_like(x, dtype=complex): its parts (complex.py)
+        from . import complex as CX
+        re, im = CX.split(value)
+        part = np.finfo(dtype).dtype
+        return CX.make(full_like(x, re, part), full_like(x, 0.0 if im is None else im, part))
     return broadcast_to(lift(value, dtype, x.ctx), x.shape)
 
 

@@ -2448,8 +2448,12 @@ def _sequential_writes(s, k, v):
     probe = list(key)
     probe[p] = np.zeros(idx.shape[0], np.intp)
     target_shape = np.empty(s.shape)[tuple(probe)].shape
-    # NumPy puts the one advanced index's axis where it stands, after the sliced axes before it
-    axis = sum(isinstance(part, slice) for part in key[:p])
+    # NumPy's advanced indexing: integers beside an index array are advanced indices too;
+    # their axis stands where they do when they are adjacent (after the sliced axes before
+    # them), else first (T[1, :, [k, 2]])
+    adv = [i for i, part in enumerate(key) if not isinstance(part, slice)]
+    axis = sum(isinstance(part, slice) for part in key[:adv[0]]) \
+        if adv == list(range(adv[0], adv[-1] + 1)) else 0
     val = B.resolve(v)
     val = F.broadcast_to(val, target_shape) if isinstance(val, Tracer) else \
         np.broadcast_to(np.asarray(val), target_shape)

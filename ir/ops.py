@@ -99,6 +99,10 @@ class OpDef:
     keeps_zeros: bool = False
     blows_up: bool | Callable = False
     guard: bool = False
+    # skips_nan=True for an op that skips NaN elements as data (nanmax): its VJP gives them a
+    # cotangent of exactly 0, which autodiff keeps masked through the VJPs before it, so a
+    # NaN target (np.nanmax((p - y) ** 2) with missing y) leaves p's gradient finite
+    skips_nan: bool = False
     # integers only (the bitwise operations; the frontend refuses floats, as NumPy does)
     integer_only: bool = False
 
@@ -765,6 +769,7 @@ for _name, _uf in (("nanmax", "fmax"), ("nanmin", "fmin")):
         lambda args, a, name=_name: f"_rt_ops[{name!r}]({args[0]}, axis={tuple(a['axis'])}, "
                                     f"keepdims={bool(a['keepdims'])})",
         flops=lambda out, ins, a: _numel(ins[0]),
+        skips_nan=True,
         doc=f"np.{_name} of floats: np.{_uf}.reduce, one pass (NaN skipped; NaN where a slice "
             f"holds nothing else); the cotangent shared among tied extremes, as max's"))
 
@@ -1385,12 +1390,16 @@ def _is(v, k):
 def _adds_nothing(v):
     """x + v is x for every x: v is an integer 0 or -0.0 (x + 0.0 turns -0.0 into +0.0, as
     NumPy computes it: 1 / (0.0 + x) at x = -0.0 is +inf)."""
-    return v is not None and v == 0 and (not isinstance(v, float) or math.copysign(1, v) < 0)
+    return v is not None and v == 0 and (isinstance(v, (bool, int, np.integer)) or (
+        not isinstance(v, complex) and math.copysign(1, float(v)) < 0))
 
 
 OPS["add"].identity = lambda c: 0 if _adds_nothing(c[1]) else 1 if _adds_nothing(c[0]) \
     else None
-OPS["sub"].identity = lambda c: 0 if _is(c[1], 0) else None
+# x - 0.0 is x for every x, x - (-0.0) is not (it is x + 0.0)
+OPS["sub"].identity = lambda c: 0 if _is(c[1], 0) and (
+    isinstance(c[1], (bool, int, np.integer)) or (
+        not isinstance(c[1], complex) and math.copysign(1, float(c[1])) > 0)) else None
 OPS["mul"].identity = lambda c: 0 if _is(c[1], 1) else 1 if _is(c[0], 1) else None
 OPS["div"].identity = lambda c: 0 if _is(c[1], 1) else None
 OPS["pow"].identity = lambda c: 0 if _is(c[1], 1) else None

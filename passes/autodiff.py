@@ -107,7 +107,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
                 for a, ga in zip(g.args(n), gs):
                     if ga is None or a not in need:
                         continue
-                    cot.add(a, ga, masked, selected=op.selects and (
+                    cot.add(a, ga, masked, selected=op.skips_nan or op.selects and (
                         _may_blow_up(g, a, blow) or (d["op"] == "where" and _tests_finite(
                             g, g.args(n)[0], tests))))
         grads = []

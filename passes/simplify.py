@@ -44,6 +44,9 @@ def uniform_value(g: Graph, n):
     first = v.flat[0]
     if v.size > 1 and not np.all(v == first):
         return None
+    if v.size > 1 and v.dtype.kind in "fc" and first == 0 and \
+            not np.all(np.signbit(v) == np.signbit(first)):
+        return None     # zeros of both signs: not one value (x + [-0.0, 0.0] is not x)
     return first.item()
 
 

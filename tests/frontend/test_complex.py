@@ -331,3 +331,42 @@ def test_float16_signals_transform_in_complex64_and_scipy_transforms_adjit_lacks
     sf = pytest.importorskip("scipy.fft")
     with pytest.raises(adjit.UnsupportedError, match=r"scipy\.fft\.dct .*np\.fft"):
         adjit.compile(lambda x: sf.dct(x))(np.ones(8))
+
+
+def test_complex_copies_signed_zeros_zero_powers_and_views_of_arrays_made_inside():
+    w = np.array([0.5 + 1j, -1 - 2j, 2 + 4j])
+
+    def copies(z):
+        u = z.astype(complex)
+        u[0] = 0
+        c = np.conj(z)
+        z2 = z * 1.0
+        z2[1:] *= 2
+        return z, c, z2
+
+    for got, want in zip(adjit.compile(copies)(w), copies(w)):
+        np.testing.assert_array_equal(got, want)
+    x = np.array([0.5, 0.0, 2.0])
+    cases = [lambda x: np.sqrt((x * -1j) ** 2), lambda x: np.angle(x * (-1 - 1j)),
+             lambda x: (x + 0j) ** np.array([0.5, 2.0, 1.0]), lambda x: (x + 0j) ** 0j,
+             lambda x: (x + 0j) ** (2 + 0j), lambda x: 0.0 ** (x + 0j),
+             lambda x: np.zeros_like(x + 0j, shape=(2,), dtype=np.complex64),
+             lambda x: np.array([1j, x[0]]), lambda x: np.zeros_like(x, dtype=complex) + x,
+             lambda x: np.full_like(x, 2j, dtype=complex) * x]
+    for fn in cases:
+        with np.errstate(all="ignore"):
+            got, want = adjit.compile(fn)(x), fn(x)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want)
+        for part in (np.real, np.imag):
+            np.testing.assert_array_equal(np.signbit(part(got)), np.signbit(part(want)))
+
+    def views(x):
+        u = np.zeros(8, complex)
+        u[2:] += x[2:]
+        v = np.ones(8, complex)
+        s = v[::2]
+        s *= np.exp(1j * x[::2])
+        return u + v
+    np.testing.assert_allclose(adjit.compile(views)(_Z8), views(_Z8))
+    assert adjit.gradcheck(lambda x: np.sum(np.abs(views(x) + 1j) ** 2), _Z8) < 1e-6

@@ -322,3 +322,68 @@ def test_a_recurrence_written_element_by_element_is_stacked_in_one_call(backend)
     src = adjit.compile(ema, backend=backend).lower(x).source
     assert "np.array([np.float64(0.0), " in src and "concatenate" not in src.replace(
         "= concatenate(", "")
+
+
+def test_writes_at_traced_positions_with_integers_apart_put_the_index_axis_first():
+    A = np.array([[5.0, 1.0, 0.0]])
+
+    def apart(A):          # NumPy: an integer and an index array apart: their axis first
+        k, T = np.argmax(A[0]), np.zeros((2, 2, 3))
+        T[1, :, [k, 2]] = np.array([[1.0, 2.0], [3.0, 4.0]]) * A[0, 0]
+        return T
+
+    def adjacent(A):
+        k, T = np.argmax(A[0]), np.zeros((2, 4, 3))
+        T[:, 1, [k, 2]] = np.arange(4.0).reshape(2, 2) * A[0, 0]
+        return T
+    for fn in (apart, adjacent):
+        np.testing.assert_array_equal(adjit.compile(fn)(A), fn(A))
+
+
+def test_nanmax_of_missing_targets_keeps_gradients_finite():
+    y = np.array([[1.0, np.nan, 2.0], [np.nan, 3.0, 0.5]])
+    p = np.array([[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]])
+    for fn in (lambda p: np.sum(np.nanmax((p - y) ** 2, axis=1)),
+               lambda p: np.sum(np.fmin.reduce((p - y) ** 2, axis=1))):
+        g = adjit.grad(fn)(p)
+        assert np.all(np.isfinite(g)) and np.all(g[np.isnan(y)] == 0)
+
+
+def test_signed_zeros_survive_additions_of_zero_constants():
+    x = np.array([-0.0, 1.0])
+    with np.errstate(divide="ignore"):
+        for fn in (lambda x: 1 / (x - -0.0), lambda x: 1 / (0.0 + x),
+                   lambda x: 1 / (x + np.array([-0.0, 0.0])), lambda x: 1 / (x - 0.0)):
+            np.testing.assert_array_equal(adjit.compile(fn)(x), fn(x))
+
+
+def test_pad_with_an_infinite_or_negative_zero_traced_value_and_layout_setters():
+    a = np.array([[-0.0, 1.0], [2.0, 3.0]])
+    for fn in (lambda a: np.pad(a, 1, constant_values=a[1, 1] * np.inf),
+               lambda a: np.pad(a, 1, constant_values=a[1, 1] * -0.0)):
+        got, want = adjit.compile(fn)(a), fn(a)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+    def reshaped(x):
+        y = np.zeros(6)
+        y[:] = x
+        y.shape = (2, 3)
+        return y.sum(axis=0)
+    with pytest.raises(adjit.UnsupportedError, match=r"x\.shape.*reshape"):
+        adjit.compile(reshaped)(np.arange(6.0))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_stacked_elements_shared_with_a_concatenation_that_stays(backend):
+    def f(x):
+        y, z = np.zeros(7), np.zeros(7)
+        for i in range(1, 7):
+            y[i] = 0.5 * y[i - 1] + x[i]
+        y[1] = np.array([y[1], z[1], x[1]]).sum()
+        for i in range(1, 7):
+            z[i] = 0.5 * z[i - 1] + x[i]
+        y[3:7] += z[1:5]
+        return y + z
+    x = np.arange(7.0)
+    np.testing.assert_allclose(adjit.compile(f, backend=backend)(x), f(x), rtol=1e-14)
