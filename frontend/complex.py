@@ -18,6 +18,7 @@ computed on the real part alone.
 """
 from __future__ import annotations
 
+import cmath
 import numbers
 
 import numpy as np
@@ -356,6 +357,10 @@ def split(x):
     raise _refuse(f"a {type(x).__name__} in complex arithmetic")
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, (bool, np.generic))
+
+
 def _copied(p, original):
     """p, a new array where it is the original's own Tracer (astype copies)."""
     return p.copy_() if p is original else p
@@ -441,6 +446,15 @@ def div(a, b):
     neither overflows nor underflows where the quotient does not)."""
     (ar, ai), (br, bi) = split(a), split(b)
     ai, bi = _zero(ai), _zero(bi)
+    if _number(br) and _number(bi):
+        # a Python number divides: the branch is chosen here and the numbers stay weak
+        # (complex64 / 2.0 stays complex64)
+        wide = abs(br) >= abs(bi)
+        big, small = (br, bi) if wide else (bi, br)
+        ratio = small / (big if big != 0 else 1.0)
+        d = big + small * ratio
+        return make((ar + ai * ratio if wide else ar * ratio + ai) / d,
+                    (ai - ar * ratio if wide else ai * ratio - ar) / d)
     wide = np.abs(br) >= np.abs(bi)
     # where |br| >= |bi|: r = bi / br, d = br + bi r; else r = br / bi, d = bi + br r
     big, small = np.where(wide, br, bi), np.where(wide, bi, br)
@@ -497,6 +511,8 @@ def exp(z):
 
 
 def log(z):
+    if isinstance(z, (int, float, complex)) and not isinstance(z, (bool, np.generic)):
+        return cmath.log(z)     # a Python number: a (weak) Python complex (2 ** z of complex64)
     re, im = split(z)
     return make(np.log(absolute(z)), angle(z))
 
@@ -547,6 +563,8 @@ def power(a, p):
     scalar = not is_complex(p) and not isinstance(p, Tracer) and np.ndim(p) == 0
     if scalar and float(p) == 0.5:
         return sqrt(a)
+    if (_number(a) or isinstance(a, complex)) and a != 0:
+        return exp(mul(p, cmath.log(a)))   # a Python base: its log a weak Python complex
     # exp(p log a), and at a = 0 NumPy's values: 1 for p = 0, 0 for a real p > 0, else nan
     # (through log 0 the value and the derivative would be nan)
     re, im = split(a)

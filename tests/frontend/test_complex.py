@@ -370,3 +370,13 @@ def test_complex_copies_signed_zeros_zero_powers_and_views_of_arrays_made_inside
         return u + v
     np.testing.assert_allclose(adjit.compile(views)(_Z8), views(_Z8))
     assert adjit.gradcheck(lambda x: np.sum(np.abs(views(x) + 1j) ** 2), _Z8) < 1e-6
+
+
+def test_python_numbers_stay_weak_in_complex64_division_and_powers():
+    b = np.array([1 + 2j, -3.5 + 0.25j], np.complex64)
+    x32 = np.array([1.0, -0.0], np.float32)
+    for fn, a in [(lambda b: b / 2.0, b), (lambda x: x / 1j, x32), (lambda b: 2 ** b, b),
+                  (lambda b: (1 + 1j) ** b, b), (lambda b: b / (1 + 1j), b)]:
+        got, want = adjit.compile(fn)(a), fn(a)
+        assert got.dtype == want.dtype == np.complex64
+        np.testing.assert_allclose(got, want, rtol=1e-5)
