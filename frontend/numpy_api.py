@@ -1954,9 +1954,14 @@ def _accepting(orig):
             out = CX.from_nested(obj)
             dtype = kwargs.get("dtype", args[0] if args else None)
             if dtype is not None:
-                return out.astype(dtype)
-            copy = orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))
-            return out.copy() if copy and out is obj else out
+                out = out.astype(dtype)
+            elif orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True)) and \
+                    out is B.resolve(obj):
+                out = out.copy()
+            ndmin = kwargs.get("ndmin", args[4] if len(args) > 4 else 0)
+            if orig.__name__ == "array" and ndmin and out.ndim < ndmin:
+                out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
+            return out
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
             views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None

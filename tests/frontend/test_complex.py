@@ -380,3 +380,15 @@ def test_python_numbers_stay_weak_in_complex64_division_and_powers():
         got, want = adjit.compile(fn)(a), fn(a)
         assert got.dtype == want.dtype == np.complex64
         np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_np_array_of_complex_values_copies_and_takes_ndmin():
+    z = np.array([1 + 2j, 3j])
+
+    def f(z):
+        u = np.array(z)
+        u[0] = 0
+        return z, np.array(z, ndmin=2)
+    for got, want in zip(adjit.compile(f)(z), f(z)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
