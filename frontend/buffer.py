@@ -185,13 +185,13 @@ class Buffer(np.ndarray):
         from .functions import index_target
         if owner.dtype.kind == "c":
             # a view of a complex array (u[2:] += x[2:]): each part written at the view's
-            # positions
+            # positions; a view of one part (u.real[::2] = x) that part
             from .complex import split
             if self.dtype.kind != "c":
-                raise UnsupportedError(
-                    f"writing traced values through u.real or u.imag of a complex array"
-                    f"{_at(user_where())}: set the part whole, u.real = ..., or write complex "
-                    "values into u itself")
+                which, grid = _part_positions(self, owner)
+                part = (owner._shadow.re, owner._shadow.im)[which]
+                part.assign_at(*index_target(part, key, resolve(value), grid=grid))
+                return
             grid = _positions(self, owner)
             pieces = split(resolve(value))
             for part, v in zip((owner._shadow.re, owner._shadow.im), pieces):
@@ -631,11 +631,32 @@ def _positions(view, owner):
         strides=tuple(s // item * pos.itemsize for s in view.strides)).copy()
 
 
+def _part_positions(view, owner):
+    """(0 for the real part, 1 for the imaginary; the flat positions in owner of each
+    element) of a float view of one part of a complex Buffer (u.real, u.imag[::2])."""
+    item = owner.itemsize
+    offset = (view.__array_interface__["data"][0] - owner.__array_interface__["data"][0])
+    which = (offset % item) // view.itemsize
+    if view.itemsize * 2 != item or offset % view.itemsize or any(
+            s % item for s in view.strides):
+        raise UnsupportedError(f"a view with another dtype (.view(...)) of a complex array "
+                               f"holding traced values{_at(user_where())}")
+    pos = np.arange(owner.size, dtype=np.intp)
+    return which, np.lib.stride_tricks.as_strided(
+        pos[offset // item:], shape=view.shape,
+        strides=tuple(s // item * pos.itemsize for s in view.strides)).copy()
+
+
 def _view_value(view, owner):
     """The current value of a view of a promoted Buffer, read from its shadow."""
     from .functions import gather, reshape
-    pos = _positions(view, owner)
     shadow = owner._shadow
+    if getattr(type(shadow), "_adjit_complex", False) and view.dtype.kind != "c":
+        which, pos = _part_positions(view, owner)
+        part = (shadow.re, shadow.im)[which]
+        return reshape(gather(reshape(part, (-1,)), [pos.reshape(-1)], (("a", 0),)),
+                       view.shape).copy_()
+    pos = _positions(view, owner)
     if getattr(type(shadow), "_adjit_complex", False):
         from .complex import make
         parts = [reshape(gather(reshape(p, (-1,)), [pos.reshape(-1)], (("a", 0),)),

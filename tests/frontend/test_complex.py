@@ -392,3 +392,18 @@ def test_np_array_of_complex_values_copies_and_takes_ndmin():
     for got, want in zip(adjit.compile(f)(z), f(z)):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def test_writes_through_the_real_and_imaginary_views_of_a_complex_array_made_inside():
+    def parts(x):
+        u = np.ones(8, complex)
+        u.real *= x
+        u.imag += x ** 2
+        v = np.zeros((2, 4), complex)
+        v.imag[1, ::2] = x[:2]
+        v.real[0] = x[4:]
+        return u, v * 1j, u.real * x
+    for got, want in zip(adjit.compile(parts)(_Z8), parts(_Z8)):
+        np.testing.assert_allclose(got, want)
+    assert adjit.gradcheck(lambda x: sum(np.sum(np.abs(r + 1j) ** 2) for r in parts(x)),
+                           _Z8) < 1e-6
