@@ -138,6 +138,9 @@ class Buffer(np.ndarray):
             np.put(self, indices, values, mode=mode)
 
     def __setattr__(self, name, value):
+        if name not in ("real", "imag", "shape", "dtype", "strides", "flat"):
+            np.ndarray.__setattr__(self, name, value)
+            return
         owner = _owner(self)
         if name in ("real", "imag") and owner.dtype.kind == "c" and (
                 owner._shadow is not None or _holds_traced(value)):

@@ -140,7 +140,7 @@ class ComplexTracer:
                               "write np.where(mask, new_values, z)")
             m = value.mask
             m = F.reshape(m, tuple(m.shape) + (1,) * (self.ndim - m.ndim))
-            self[...] = _where(m, value.full, self)
+            self[...] = where_(m, value.full, self)
             return
         vr, vi = split(value)
         for part, v in ((self.re, vr), (self.im, vi)):
@@ -273,7 +273,7 @@ class _Masked:
     __rsub__ = lambda s, o: s._rop(sub, o)
     __rmul__ = lambda s, o: s._rop(mul, o)
     __rtruediv__ = lambda s, o: s._rop(div, o)
-    __neg__ = lambda s: _Masked(s.key, s.mask, mul(s.full, -1.0))
+    __neg__ = lambda s: _Masked(s.key, s.mask, -s.full)
 
     def __getattr__(self, name):
         raise _refuse("z[mask] of a complex array with a traced mask, used as an array (its "
@@ -588,7 +588,7 @@ def equal(a, b):
 # -- NumPy dispatch --------------------------------------------------------------------------------
 _UFUNCS = {
     np.add: add, np.subtract: sub, np.multiply: mul, np.divide: div, np.power: power,
-    np.negative: lambda z: mul(z, -1.0), np.positive: lambda z: +make(*split(z)),
+    np.negative: lambda z: -make(*split(z)), np.positive: lambda z: +make(*split(z)),
     np.conjugate: lambda z: make(*split(z)).conj(),
     np.absolute: absolute, np.exp: exp, np.log: log, np.sqrt: sqrt, np.sin: sin, np.cos: cos,
     np.square: lambda z: mul(z, z), np.reciprocal: lambda z: div(1.0, z),
@@ -650,11 +650,7 @@ def _listwise(f):
     return fn
 
 
-def where_(cond, a, b):
-    return _where(cond, a, b)
-
-
-def _where(cond, a=None, b=None):
+def where_(cond, a=None, b=None):
     if a is None or b is None:
         raise _refuse("np.where(condition) of a complex condition")
     (ar, ai), (br, bi) = split(a), split(b)
@@ -735,7 +731,7 @@ _FUNCTIONS = {
     np.iscomplex: lambda z: _both(z)[1] != 0, np.isreal: lambda z: _both(z)[1] == 0,
     np.real_if_close: _real_if_close,
     np.sum: _sum, np.mean: _mean,
-    np.where: _where, np.einsum: _einsum, np.linalg.norm: _norm, np.vdot: _vdot,
+    np.where: where_, np.einsum: _einsum, np.linalg.norm: _norm, np.vdot: _vdot,
     np.dot: lambda a, b: bilinear(np.dot, a, b),
     np.matmul: lambda a, b: bilinear(np.matmul, a, b),
     np.inner: lambda a, b: bilinear(np.inner, a, b),
@@ -754,10 +750,8 @@ _FUNCTIONS = {
     np.asarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
     np.asanyarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
     np.array: lambda z, dtype=None, *a, **k: z.copy() if dtype is None else z.astype(dtype),
-    np.shape: lambda z: split(z)[0].shape if isinstance(split(z)[0], Tracer) else
-    np.shape(split(z)[0]),
-    np.ndim: lambda z: np.ndim(split(z)[0]), np.size: lambda z, axis=None: np.size(
-        split(z)[0], axis),
+    np.shape: lambda z: np.shape(split(z)[0]), np.ndim: lambda z: np.ndim(split(z)[0]),
+    np.size: lambda z, axis=None: np.size(split(z)[0], axis),
 }
 for _f in (np.reshape, np.transpose, np.swapaxes, np.moveaxis, np.squeeze, np.expand_dims,
            np.ravel, np.flip, np.fliplr, np.flipud, np.roll, np.rot90, np.cumsum, np.trace,

@@ -872,26 +872,21 @@ def _no_out(name, out, where=None):
 
 
 def nanmax(x, axis=None, keepdims=False):
-    return _nan_extreme(F.max, -math.inf, x, axis, keepdims)
+    return _nan_extreme(F.max, x, axis, keepdims)
 
 
 def nanmin(x, axis=None, keepdims=False):
-    return _nan_extreme(F.min, math.inf, x, axis, keepdims)
+    return _nan_extreme(F.min, x, axis, keepdims)
 
 
-def _nan_extreme(op, fill, x, axis, keepdims):
+def _nan_extreme(op, x, axis, keepdims):
     """The max (min) ignoring NaN; a slice of NaN only is NaN, as in NumPy."""
-    if F._dtype_of(x).kind not in "fc":
-        return op(x, axis, keepdims)          # integers and booleans hold no NaN
-    if F._dtype_of(x).kind == "f" and isinstance(x, Tracer):
-        # registry ops nanmax / nanmin: NumPy's fmax.reduce, one pass
-        name = "nanmax" if op is F.max else "nanmin"
-        return F.reduction(name, x, axis, keepdims)
-    nan = isnan(x)
-    r = op(F.where(nan, F.full_like(x, fill), x), axis, keepdims)
+    if not isinstance(x, Tracer):
+        return (np.nanmax if op is F.max else np.nanmin)(x, axis=axis, keepdims=keepdims)
     if F._dtype_of(x).kind != "f":
-        return r
-    return F.where(all_(nan, axis, keepdims), F.full_like(r, math.nan), r)
+        return op(x, axis, keepdims)          # integers and booleans hold no NaN
+    # registry ops nanmax / nanmin: NumPy's fmax.reduce, one pass
+    return F.reduction("nanmax" if op is F.max else "nanmin", x, axis, keepdims)
 
 
 def heaviside(x, h0):

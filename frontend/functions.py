@@ -158,18 +158,29 @@ def _shape_of(x):
     return x.shape if isinstance(x, Tracer) else np.shape(x)
 
 
+def _traced_complex(x) -> bool:
+    """A traced complex array (frontend/complex.py; marked on its class, as for pytree.py)."""
+    return getattr(type(x), "_adjit_complex", False)
+
+
+def _complex_operand(x) -> bool:
+    return _traced_complex(x) or isinstance(x, complex) or (
+        isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "c")
+
+
 def _elementwise(op, xs, dtype=None, float_only=False):
     """Promote, lift and broadcast xs, then emit `op`; with no tracer, compute with NumPy."""
-    from . import complex as CX
-    if any(isinstance(x, CX.ComplexTracer) for x in xs):
+    if any(_traced_complex(x) for x in xs):
+        from . import complex as CX
         return CX.elementwise(op, xs)
     xs = _lists_as_arrays(xs)
     if not any(isinstance(x, Tracer) for x in xs):
         return OPS[op].numpy(*[np.asarray(x) if not _weak(x) else x for x in xs])
     ctx = _ctx(xs)
     dt = result_dtype(*xs) if dtype is None else np.dtype(dtype)
-    if dt.kind == "c":
-        return CX.elementwise(op, xs)   # a traced value meets a complex constant
+    if dt.kind == "c":          # a traced value meets a complex constant
+        from . import complex as CX
+        return CX.elementwise(op, xs)
     if float_only and dt.kind not in "fc":
         # NumPy's unary loops take the smallest float that holds the integers (np.sin of
         # int8 is float16, of int16 float32); division and the rest float64
@@ -221,7 +232,7 @@ def arctan2(y, x): return _elementwise("arctan2", [y, x], float_only=True)
 def stop_gradient(x):
     """The same values, but no cotangent flows back through them (a pytree: each array)."""
     from . import pytree
-    if isinstance(x, (list, tuple, dict)) or getattr(type(x), "_adjit_complex", False):
+    if isinstance(x, (list, tuple, dict)) or _traced_complex(x):
         leaves, tree, _ = pytree.flatten(x, "x")
         return pytree.unflatten(tree, [_stop_gradient(v) for v in leaves])
     return _stop_gradient(x)
@@ -276,8 +287,9 @@ def where(cond, x, y):
     >>> adjit.where(np.array([1.0, -2.0]) > 0, 1.0, 0.0)
     array([1., 0.])
     """
-    from . import complex as CX
-    if CX.involves((x, y, cond)) and (CX.is_complex(x) or CX.is_complex(y)):
+    if (_complex_operand(x) or _complex_operand(y)) and any(
+            isinstance(v, Tracer) or _traced_complex(v) for v in (cond, x, y)):
+        from . import complex as CX
         return CX.where_(cond, x, y)        # complex branches: a choice of each part
     cond, x, y = _lists_as_arrays((cond, x, y))
     if not any(isinstance(v, Tracer) for v in (cond, x, y)):

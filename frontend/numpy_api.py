@@ -293,6 +293,21 @@ def _transposed_upstream(t):
     return memo[t.id]
 
 
+def _kept_by_where(r, where, out, casting, what):
+    """A ufunc's result r under where=: out's values where the mask is False (zeros without
+    out=; NumPy leaves those entries uninitialized), r cast to out's dtype first
+    (np.greater(a, b, out=float_array, where=m) keeps out's floats)."""
+    target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if target is None:
+        return F.where(where, r, F.zeros_like(r))
+    value = B.resolve(target)
+    if F._dtype_of(value) != F._dtype_of(r):
+        _check_cast(r, value, casting, what)
+        r = F.cast(r, F._dtype_of(value))
+    rest = value if isinstance(value, Tracer) else np.asarray(value, F._dtype_of(r))
+    return F.where(where, r, rest)
+
+
 _NP_CLIP = np.clip     # NumPy's own (np.clip is patched while tracing: _taking_lists)
 
 
@@ -302,13 +317,9 @@ def _clip(x, a_min=None, a_max=None, out=None, **kw):
     where, dtype = kw.pop("where", True), kw.pop("dtype", None)
     casting = kw.get("casting", "same_kind")
     if where is not True:
-        r = _clip(x, a_min, a_max, dtype=dtype, **kw)
-        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-        value = B.resolve(target) if target is not None else None
-        rest = F.zeros_like(r) if target is None else F.cast(value, F._dtype_of(r)) \
-            if isinstance(value, Tracer) else np.asarray(value, F._dtype_of(r))
-        r = F.where(where, r, rest)
-        if target is None:
+        r = _kept_by_where(_clip(x, a_min, a_max, dtype=dtype, **kw), where, out, casting,
+                           "np.clip(..., out=x)")
+        if out is None:
             return r
         _store_out(out, r, "np.clip", casting)
         return out
@@ -947,18 +958,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         # np.divide(1, x, out=z, where=x != 0): z where the mask is False (zeros without out=;
         # NumPy leaves those entries uninitialized)
         out = kwargs.pop("out", None)
-        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-        r = array_ufunc(ufunc, method, inputs, kwargs)
-        target_value = B.resolve(target) if target is not None else None
-        if target is not None and F._dtype_of(target_value) != F._dtype_of(r):
-            # np.greater(a, b, out=float_array, where=m): the kept values keep out's dtype
-            _check_cast(r, target_value, casting, f"np.{ufunc.__name__}(..., out=x)")
-            r = F.cast(r, F._dtype_of(target_value))
-        rest = F.zeros_like(r) if target is None else F.cast(target_value, F._dtype_of(r)) \
-            if isinstance(target_value, Tracer) else np.asarray(target_value, F._dtype_of(r))
-        r = F.where(where, r, rest)
-        return r if target is None else array_ufunc(np.positive, "__call__", (r,),
-                                                    {"out": out})
+        r = _kept_by_where(array_ufunc(ufunc, method, inputs, kwargs), where, out, casting,
+                           f"np.{ufunc.__name__}(..., out=x)")
+        return r if out is None else array_ufunc(np.positive, "__call__", (r,), {"out": out})
     out = kwargs.pop("out", None)
     if isinstance(out, tuple) and len(out) > 1 and method == "__call__":
         # np.divmod(x, y, out=(q, r)), np.modf(x, out=(f, i)): each result into its array
@@ -2438,9 +2440,7 @@ def _sequential_writes(s, k, v):
     if any(part is Ellipsis for part in key):
         at = next(i for i, part in enumerate(key) if part is Ellipsis)
         key[at:at + 1] = [slice(None)] * (s.ndim - len(key) + 1)
-    key = [_from_nested(part, _originals.get("asarray", np.asarray))
-           if type(part) in (list, tuple) and _holds_tracer(part) else B.resolve(part)
-           for part in key]
+    key = [B.resolve(part) for part in key]     # lists of traced values: stacked by _setitem
     traced = [i for i, part in enumerate(key) if isinstance(part, Tracer)]
     if len(traced) != 1:
         return False
