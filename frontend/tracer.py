@@ -391,7 +391,8 @@ class Tracer:
 
     def _materialize(self):
         """The collected writes as nodes: the written values (and what is left of the old
-        value) concatenated flat, then one gather unless they already lie in order."""
+        value) concatenated flat in the array's order, else concatenated as written and
+        gathered once."""
         base_id, writes, _ = self._pending
         self._pending = None
         where = writes[-1][2]  # the nodes are the writes': named after the last one's line
@@ -413,16 +414,21 @@ class Tracer:
                 n_kept += n
             start += n
         idx = remap[idx]
-        flat = kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0},
-                                                         where)
-        if n_kept != size or not np.array_equal(idx, np.arange(size)):
+
+        def joined():
+            return kept[0] if len(kept) == 1 else self._node("concatenate", kept, {"axis": 0},
+                                                             where)
+        if n_kept == size and np.array_equal(idx, np.arange(size)):
+            flat = joined()
+        else:
             starts = np.concatenate([[0], np.flatnonzero(np.diff(idx) != 1) + 1])
             if len(starts) <= _RUNS:
                 # a few contiguous runs (hs[:t] *= c, a block of rows): slices joined, one
                 # copy, where a gather by an index array is several times slower
+                whole = joined()
                 ends = np.append(starts[1:], size)
-                parts = [self._node("slice", [flat], {"index": (slice(int(idx[a]),
-                                                                      int(idx[a]) + int(b - a)),)},
+                parts = [self._node("slice", [whole], {"index": (slice(int(idx[a]),
+                                                                       int(idx[a]) + int(b - a)),)},
                                     where) for a, b in zip(starts, ends)]
                 flat = parts[0] if len(parts) == 1 else self._node(
                     "concatenate", parts, {"axis": 0}, where)
@@ -431,11 +437,45 @@ class Tracer:
                 if boxed is not None:
                     self._id = boxed
                     return
-                c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
-                                       {"value": idx, "dtype": idx.dtype}, None, where)
-                flat = self._node("gather", [flat, c], {"key": (("a", 0),)}, where)
+                flat = self._in_order(kept, idx, where)
+                if flat is None:
+                    c = self.ctx.graph.add("const", [], idx.shape, idx.dtype,
+                                           {"value": idx, "dtype": idx.dtype}, None, where)
+                    flat = self._node("gather", [joined(), c], {"key": (("a", 0),)}, where)
         self._id = flat if self.shape == (size,) else self._node("reshape", [flat],
                                                                   {"shape": self.shape}, where)
+
+    def _in_order(self, kept, idx, where):
+        """The kept sources (flat, laid end to end: idx indexes them) cut where the array's
+        order leaves one and joined in that order: elements written from the last to the
+        first (a back substitution x[i] = ... for i = n-1, ..., 0) become one concatenation
+        of the writes, with no gather after it (whose backward would not know that every
+        element is read once). None when that takes many more pieces than there are
+        sources (scattered single writes into a large array: one gather is cheaper)."""
+        sizes = np.array([int(np.prod(self.ctx.graph[k]["shape"], dtype=np.int64))
+                          for k in kept], np.intp)
+        first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        begins = np.zeros(idx.size, bool)
+        begins[0] = True
+        begins[1:] = np.diff(idx) != 1
+        source_starts = np.zeros(int(sizes.sum()), bool)
+        source_starts[first] = True
+        begins |= source_starts[idx]
+        starts = np.flatnonzero(begins)
+        if len(starts) > len(kept) + _RUNS:
+            return None
+        ends = np.append(starts[1:], idx.size)
+        which = np.searchsorted(first, idx[starts], side="right") - 1
+        pieces = []
+        for a, b, k in zip(starts.tolist(), ends.tolist(), which.tolist()):
+            off = int(idx[a] - first[k])
+            if off == 0 and b - a == sizes[k]:
+                pieces.append(kept[k])
+            else:
+                pieces.append(self._node("slice", [kept[k]],
+                                         {"index": (slice(off, off + b - a),)}, where))
+        return pieces[0] if len(pieces) == 1 else self._node("concatenate", pieces,
+                                                             {"axis": 0}, where)
 
     def _boxes(self, base_id, writes, where):
         """A few writes that each fill a box of the array in C order (u[1:-1, 1:-1] = x, a
