@@ -7,6 +7,7 @@ Temporaries are `_t<j>` and are deleted at their last use, so memory measurement
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ..ir.fused import same_group, value_types
@@ -122,7 +123,7 @@ def numpy_group_plan(cg, run):
                  OPS[ins.op].fusion == "broadcast" and r in ins.args for ins in a["expr"])}
     held = {}                                    # value -> bytes of the array it holds
     live = peak = 0
-    full_bytes = int(np.prod(shape, dtype=np.int64))
+    full_bytes = int(math.prod(shape))
     lines = [comment(f"{a['kernel']}: " + ", ".join(
         f"{cg.names[n]} = out{g[n]['attrs']['output']}" for n in run))]
     for j, ins in enumerate(a["expr"]):
@@ -155,7 +156,7 @@ def numpy_group_plan(cg, run):
             if into is not None:
                 held[r_j] = 0       # a donated argument's buffer: the schedule counts none
             elif new:
-                size = full_bytes if is_full else int(np.prod(own, dtype=np.int64))
+                size = full_bytes if is_full else int(math.prod(own))
                 held[r_j] = size * types[r_j][1].itemsize if size > 1 else 0
                 live += held[r_j]
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -323,7 +324,7 @@ def user_lines(a):
 
 
 def _size(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return int(math.prod(shape))
 
 
 def passive_threads():

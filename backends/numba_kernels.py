@@ -93,7 +93,7 @@ def kernel_spec(attrs, which, in_shapes, in_dtypes, name, inplace=None):
     ins = [k for k in range(n_in) if k in need]
     outs = [attrs["outputs"][k] for k in which]
     merged, flags = _axes(shape, [in_shapes[k] for k in ins], [red for _, red in outs])
-    sizes = [int(np.prod([shape[i] for i in axes], dtype=np.int64)) for axes, _ in merged]
+    sizes = [int(math.prod([shape[i] for i in axes])) for axes, _ in merged]
     src = _Source(attrs, types, n_in, ins, outs, merged, flags, which, name, inplace)
     return KernelSpec(name, src.module(), {v: src.module(shown=v) for v in ("seq", "par")},
                       ins, [k for k in which if k not in inplace], sizes)

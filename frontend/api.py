@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import functools
 import gc
+import math
 import os
 
 import numpy as np
@@ -817,7 +818,7 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
     from ..passes.autodiff import derive_adjoint, derive_tangent
     ins = [g[g.inputs[p]] for p in wrt]
     outs = [g[g.outputs[k]] for k in range(n_main)]
-    size = lambda d: int(np.prod(d["shape"], dtype=np.int64))  # noqa: E731
+    size = lambda d: int(math.prod(d["shape"]))  # noqa: E731
     n_in, n_out = sum(map(size, ins)), sum(map(size, outs))
     parts = [[[] for _ in wrt] for _ in outs]
 

@@ -19,6 +19,7 @@ the array used as an index) shows NaN instead of a plausible stale number.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -306,7 +307,7 @@ class FlatIter:
         self._flat()[key] = value
 
     def __len__(self):
-        return int(np.prod(self._shape, dtype=np.int64))
+        return int(math.prod(self._shape))
 
     def __iter__(self):
         return self

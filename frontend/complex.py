@@ -19,6 +19,7 @@ computed on the real part alone.
 from __future__ import annotations
 
 import cmath
+import math
 import numbers
 
 import numpy as np
@@ -59,7 +60,7 @@ class ComplexTracer:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     @property
     def dtype(self):

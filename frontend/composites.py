@@ -219,7 +219,7 @@ def resize(x, new_shape):
     if any(d < 0 for d in shape):
         raise ValueError(f"np.resize: all elements of `new_shape` must be non-negative"
                          f"{_at(user_where())}")
-    size = int(np.prod(shape, dtype=np.int64))
+    size = int(math.prod(shape))
     flat = F.ravel(x)
     n = _shape_of(flat)[0]
     if size == 0 or n == 0:
@@ -448,7 +448,7 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims \
         else tuple(x.shape[i] for i in keep)
     lead = tuple(x.shape[i] for i in keep)
-    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    n = int(math.prod([x.shape[a] for a in axes]))
     if n == 0:
         y = F.full_like(F.zeros(lead, x.dtype) if lead else F.sum(x), 1, x.dtype)
     else:

@@ -7,6 +7,7 @@ three or more operands contract pairwise in NumPy's greedy order (np.einsum_path
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ..ir.errors import ShapeError
@@ -143,7 +144,7 @@ def _pair(a, b, sa, sb, out, user=""):
     size.update(zip(sb, F._shape_of(b)))
 
     def prod(cs):
-        return int(np.prod([size[c] for c in cs], dtype=np.int64))
+        return int(math.prod([size[c] for c in cs]))
     if not contr:
         # nothing summed: a broadcast product ('ij,j->ij', 'i,i->i', an outer product), not
         # batched 1 x 1 matrix products

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import math
 import numbers
 
 import numpy as np
@@ -360,14 +361,14 @@ def reshape(x, *shape):
     shape = [int(d) for d in shape]
     if shape.count(-1) > 1:
         raise ShapeError(f"reshape: more than one -1 in {tuple(shape)}{_at(user_where())}")
-    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    known = int(math.prod([d for d in shape if d != -1]))
     if -1 in shape:
         if known == 0 or x.size % known:
             raise ShapeError(f"reshape: cannot reshape {x.shape} (size {x.size}) into "
                              f"{tuple(shape)}{_at(user_where())}")
         shape[shape.index(-1)] = x.size // known
     shape = tuple(shape)
-    if int(np.prod(shape, dtype=np.int64)) != x.size:
+    if int(math.prod(shape)) != x.size:
         raise ShapeError(f"reshape: cannot reshape {x.shape} (size {x.size}) into {shape}"
                          f"{_at(user_where())}")
     if shape == x.shape:
@@ -623,8 +624,8 @@ def flat_positions(shape):
     """Each element's flat position, for arrays of this shape (read-only; cached for the
     sizes loops assign into again and again, made anew for large ones)."""
     shape = tuple(int(d) for d in shape)
-    if int(np.prod(shape, dtype=np.int64)) > _GRID_CACHED:
-        return np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    if int(math.prod(shape)) > _GRID_CACHED:
+        return np.arange(int(math.prod(shape))).reshape(shape)
     return _cached_grid(shape)
 
 
@@ -633,7 +634,7 @@ _GRID_CACHED = 1 << 20
 
 @functools.lru_cache(maxsize=16)
 def _cached_grid(shape):
-    g = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    g = np.arange(int(math.prod(shape))).reshape(shape)
     g.flags.writeable = False
     return g
 
@@ -731,7 +732,7 @@ def traced_positions(x, key):
     shape = OPS["gather"].shape([x.shape] + [np.shape(a) for a in arrays], {"key": tkey})
     consts = [a for a in arrays if not isinstance(a, Tracer)]
     bshape = np.broadcast_shapes(*[np.shape(a) for a in arrays])
-    unique = int(np.prod(bshape, dtype=np.int64)) <= 1  # x[np.argmax(x)] = 0: one position
+    unique = int(math.prod(bshape)) <= 1  # x[np.argmax(x)] = 0: one position
     if len(arrays) == 1 and _is_permutation(arrays[0]):
         unique = True   # ranks[np.argsort(-s)] = np.arange(n): a permutation never repeats
     traced = [a for a in arrays if isinstance(a, Tracer)]
@@ -759,17 +760,17 @@ def _shifted_distinct(t):
             inner = g[a]["args"][0]
             if g[a]["op"] == "cast" and g[inner]["dtype"].kind not in "iu":
                 break
-            if g[a]["op"] != "cast" and int(np.prod(g[inner]["shape"], dtype=np.int64)) not in (
-                    1, int(np.prod(t.shape, dtype=np.int64))):
+            if g[a]["op"] != "cast" and int(math.prod(g[inner]["shape"])) not in (
+                    1, int(math.prod(t.shape))):
                 break
             a = inner
         parts.append(a)
-    sizes = [int(np.prod(g[a]["shape"], dtype=np.int64)) for a in parts]
+    sizes = [int(math.prod(g[a]["shape"])) for a in parts]
     consts = [g[a]["op"] == "const" for a in parts]
     if sorted(consts) != [False, True] or sizes[consts.index(False)] != 1:
         return False
     c = np.asarray(g[parts[consts.index(True)]]["attrs"]["value"])
-    return c.size == int(np.prod(t.shape, dtype=np.int64)) and np.unique(c).size == c.size
+    return c.size == int(math.prod(t.shape)) and np.unique(c).size == c.size
 
 
 def _is_permutation(t):
@@ -804,7 +805,7 @@ def _rows_of_permutations(arrays, bshape):
     consts = [np.moveaxis(np.broadcast_to(a, bshape), ax, -1) for a in arrays
               if not isinstance(a, Tracer)]
     if not consts:   # one row only
-        return int(np.prod([d for i, d in enumerate(bshape) if i != ax], dtype=np.int64)) <= 1
+        return int(math.prod([d for i, d in enumerate(bshape) if i != ax])) <= 1
     if any(not (c == c[..., :1]).all() for c in consts):
         return False
     rows = np.stack([c[..., 0].reshape(-1) for c in consts], axis=1)
@@ -995,7 +996,7 @@ def mean(x, axis=None, keepdims=False, dtype=None):
     if x.dtype.kind not in "fc":
         x = cast(x, np.float64 if dtype is None else dtype)
     axes = _axes(x, axis)
-    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    n = int(math.prod([x.shape[a] for a in axes]))
     if dtype is None and x.dtype == np.float16:
         # NumPy adds float16 in float32 for a mean (a sum of 1000 halves of 200 is inf)
         return cast(div(sum(x, axes, keepdims, np.float32), n), np.float16)
@@ -1006,7 +1007,7 @@ def var(x, axis=None, keepdims=False, ddof=0):
     m = mean(x, axis, keepdims=True)
     d = sub(x, m)
     axes = _axes(x, axis)
-    n = int(np.prod([_shape_of(x)[a] for a in axes], dtype=np.int64))
+    n = int(math.prod([_shape_of(x)[a] for a in axes]))
     return div(sum(mul(d, d), axes, keepdims), builtins.max(n - ddof, 0))  # NumPy: inf
 
 

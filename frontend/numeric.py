@@ -818,7 +818,7 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
         raise UnsupportedError(f"sliding_window_view(..., writeable=True){_at(user_where())}: "
                                "writes through overlapping windows cannot be traced")
     shape = tuple(_shape_of(x))
-    grid = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    grid = np.arange(int(math.prod(shape)), dtype=np.int64).reshape(shape)
     try:
         pos = np.lib.stride_tricks.sliding_window_view(grid, window_shape, axis)
     except ValueError as e:

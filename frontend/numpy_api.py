@@ -411,7 +411,7 @@ def _weighted_average(a, axis, weights):
     """(average, sum of the weights)"""
     if weights is None:
         r = F.mean(a, axis)
-        n = int(np.prod([F._shape_of(a)[i] for i in F._axes(a, axis)], dtype=np.int64))
+        n = int(math.prod([F._shape_of(a)[i] for i in F._axes(a, axis)]))
         return r, np.asarray(n, F._dtype_of(r))
     wshape = tuple(np.shape(weights)) if not hasattr(weights, "shape") else tuple(weights.shape)
     ashape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
@@ -543,7 +543,7 @@ def _apply_along_axis(func1d, axis, arr, *args, **kwargs):
                          f"{len(shape)} dimensions{where}")
     axis %= len(shape)
     outer = shape[:axis] + shape[axis + 1:]
-    n = int(np.prod(outer, dtype=np.int64))
+    n = int(math.prod(outer))
     if n == 0:
         raise ShapeError(f"np.apply_along_axis over an array of shape {shape}{where}: NumPy "
                          "cannot apply it when an iteration dimension is 0")
@@ -1685,7 +1685,7 @@ def _put(a, ind, v, mode="raise"):
     if mode != "raise":
         if isinstance(B.resolve(ind), Tracer):
             _unsupported(f"put with mode={mode!r} at traced positions")
-        n = int(np.prod(a.shape, dtype=np.int64))
+        n = int(math.prod(a.shape))
         ind = np.asarray(ind)      # constant positions mapped into range, as NumPy does
         ind = np.mod(ind, n) if mode == "wrap" else np.clip(ind, 0, n - 1)
     flat = _reshape(a, -1)
@@ -1697,7 +1697,7 @@ def _put(a, ind, v, mode="raise"):
 
 def _putmask(a, mask, values):
     _check_cast(values, a, "safe", "np.putmask")
-    if int(np.prod(F._shape_of(values), dtype=np.int64)) != 1 and \
+    if int(math.prod(F._shape_of(values))) != 1 and \
             F._shape_of(values) != a.shape:
         _unsupported("putmask with values that repeat to fill the mask (give one value or "
                      "an array of a's shape)")
@@ -2106,7 +2106,7 @@ def _vectorize_call(orig):
                                    "on the whole arrays (NumPy's functions broadcast)")
         args = [B.resolve(a) for a in args]
         shape = np.broadcast_shapes(*(tuple(F._shape_of(a)) for a in args))
-        n = int(np.prod(shape, dtype=np.int64))
+        n = int(math.prod(shape))
         if n == 0 or n > _VECTORIZE_MAX:
             raise UnsupportedError(
                 f"np.vectorize of traced arrays of {n} elements{where}: adjit unrolls it into "

@@ -147,7 +147,7 @@ def _axes_first(a, axis):
 
 def _count(shape, axes):
     """How many values the axes of shape hold (an explicit -1: other axes may be empty)."""
-    return int(np.prod([shape[i] for i in axes], dtype=np.int64))
+    return int(math.prod([shape[i] for i in axes]))
 
 
 def _hyndman_fan(alpha, beta):

@@ -6,6 +6,7 @@ Each node remembers the user's file:line (the first stack frame outside adjit's 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -343,7 +344,7 @@ class Tracer:
                 wpos, src, _ = writes[k]
                 order = np.argsort(wpos, kind="stable")
                 j = order[np.searchsorted(wpos[order], want, side="right") - 1]  # last write
-            n = int(np.prod(g[src]["shape"], dtype=np.int64))
+            n = int(math.prod(g[src]["shape"]))
             if g[src]["shape"] != (n,):
                 src = self._node("reshape", [src], {"shape": (n,)}, where)
             if j.size == n and (np.diff(j) == 1).all() and j[0] == 0:
@@ -452,7 +453,7 @@ class Tracer:
         of the writes, with no gather after it (whose backward would not know that every
         element is read once). None when that takes many more pieces than there are
         sources (scattered single writes into a large array: one gather is cheaper)."""
-        sizes = np.array([int(np.prod(self.ctx.graph[k]["shape"], dtype=np.int64))
+        sizes = np.array([int(math.prod(self.ctx.graph[k]["shape"]))
                           for k in kept], np.intp)
         first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         begins = np.zeros(idx.size, bool)
@@ -560,7 +561,7 @@ class Tracer:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))
 
     @property
     def T(self):

@@ -168,7 +168,18 @@ def _dummy(shape):
 
 
 def slice_shape(shapes, a):
-    return _dummy(shapes[0])[a["index"]].shape
+    shape, index = shapes[0], a["index"]
+    if len(index) <= len(shape) and all(type(k) in (int, slice) for k in index):
+        # integers and slices, the common case, without an array (a loop's x[i] is many)
+        out = []
+        for k, n in zip(index, shape):
+            if type(k) is slice:
+                out.append(len(range(*k.indices(n))))
+            elif not -n <= k < n:
+                break                   # out of bounds: NumPy's error below
+        else:
+            return tuple(out) + tuple(shape[len(index):])
+    return _dummy(shape)[index].shape
 
 
 def gather_shape(shapes, a):

@@ -249,7 +249,7 @@ class _Cotangents:
         g = self.ctx.graph
         if any(OPS[g[t.id]["op"]].places is None for t in selected):
             return False
-        seen = np.zeros(int(np.prod(selected[0].shape, dtype=np.int64)), bool)
+        seen = np.zeros(int(math.prod(selected[0].shape)), bool)
         for t in selected:
             seen[self._positions(t)] = True
         return bool(seen.all())
@@ -306,7 +306,7 @@ class _Cotangents:
     def _disjoint(self, pieces):
         """(pieces that do not overlap, the others): greedy, in order. A piece is a basic
         slice, so its own positions never repeat."""
-        taken = np.zeros(int(np.prod(pieces[0].shape, dtype=np.int64)), bool)
+        taken = np.zeros(int(math.prod(pieces[0].shape)), bool)
         placed, over = [], []
         for t in pieces:
             pos = self._positions(t)
@@ -324,7 +324,7 @@ class _Cotangents:
         pieces = sorted(pieces, key=lambda t: self._positions(t).min(initial=2 ** 62))
         flat_pos = np.concatenate([self._positions(t) for t in pieces])
         srcs = [F.reshape(Tracer(self.ctx, g[t.id]["args"][0]), (-1,)) for t in pieces]
-        n, size = len(flat_pos), int(np.prod(shape, dtype=np.int64))
+        n, size = len(flat_pos), int(math.prod(shape))
         if n == size and np.array_equal(flat_pos, np.arange(size)):
             return F.reshape(F.concatenate(srcs, 0), shape)
         if len(pieces) <= _FEW or size > _GATHER_MAX:

@@ -4,6 +4,7 @@ Each step is a function from graph to graph; DEBUG=2 prints the IR after every p
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ..ir.verify import verify
@@ -70,4 +71,4 @@ def memory_report(g):
 
 
 def _nbytes(d):
-    return int(np.prod(d["shape"], dtype=np.int64)) * np.dtype(d["dtype"]).itemsize
+    return int(math.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
