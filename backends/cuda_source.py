@@ -136,6 +136,8 @@ REDUCE_IDENTITY = {
     "sum": lambda dt: c_literal(0, dt),
     "max": lambda dt: c_literal(-np.inf, dt) if dt.kind == "f" else c_literal(
         np.iinfo(dt).min if dt.kind in "iu" else False, dt),
+    "min": lambda dt: c_literal(np.inf, dt) if dt.kind == "f" else c_literal(
+        np.iinfo(dt).max if dt.kind in "iu" else True, dt),
 }
 
 
@@ -193,7 +195,7 @@ class ScalarProgram:
     """What one kernel computes: `instrs` over `inputs` (dtypes of in0, in1, ...).
 
     `outputs` are instruction indices written to out0, out1, ... For a reduction, `reduce`
-    is {"op": "sum" | "max", "dtype": accumulator and output dtype} and the single output
+    is {"op": "sum" | "max" | "min", "dtype": accumulator and output dtype} and the single output
     is the value reduced (the fused prologue is everything before it).
     """
     name: str

@@ -230,11 +230,19 @@ def device_ops(rt):
     from ..ir.ops import _cabs, _fft, _irfft, _rfft
     fft, rfft, irfft, cabs = (functools.partial(f, xp=xp) for f in (_fft, _rfft, _irfft, _cabs))
 
+    # np.fmax.reduce's values with device reductions alone: cupy.nanmax reads the result back
+    # to the host to warn about all-NaN slices (a synchronization, and a failed CUDA-graph
+    # capture); here NaN is skipped as -inf (+inf) and an all-NaN slice gives NaN
+    def _nan_extreme(x, axis, keepdims, fill, reduce):
+        missing = xp.isnan(x)
+        r = reduce(xp.where(missing, fill, x), axis=axis, keepdims=keepdims)
+        return xp.where(xp.all(missing, axis=axis, keepdims=keepdims), xp.nan, r).astype(x.dtype)
+
     def nanmax(x, axis, keepdims):
-        return xp.nanmax(x, axis=axis, keepdims=keepdims)
+        return _nan_extreme(x, axis, keepdims, -xp.inf, xp.max)
 
     def nanmin(x, axis, keepdims):
-        return xp.nanmin(x, axis=axis, keepdims=keepdims)
+        return _nan_extreme(x, axis, keepdims, xp.inf, xp.min)
 
     ops = {name: od.numpy for name, od in OPS.items()}
     ops.update(unslice=unslice, scatter_add=scatter_add, one_hot=one_hot,

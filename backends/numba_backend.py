@@ -63,7 +63,7 @@ def scratch_bytes(g, n, placed=None):
 _LIBM = {"tanh": 1.0, "log1p": 1.0, "expm1": 1.0, "arctan": 1.0, "arcsin": 1.0, "arccos": 1.0,
          "arcsinh": 1.0, "arccosh": 1.0, "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0,
          "erfc": 1.0, "exp": 0.5, "log": 0.5, "exp2": 0.5, "cbrt": 1.0, "sinh": 1.0,
-         "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0}
+         "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0, "tan": 1.0}
 # float32: NumPy's SIMD loops are 5-40x faster than numba's per-element calls (ns per element,
 # NumPy / numba, 1M elements, one thread: exp 0.34 / 1.8, log 0.25 / 1.8, log1p 0.27 / 9.1,
 # expm1 0.26 / 9.0, arctan 0.22 / 8.9, sin 0.40 / 5.2), so the calls weigh more, and sin and
@@ -71,7 +71,7 @@ _LIBM = {"tanh": 1.0, "log1p": 1.0, "expm1": 1.0, "arctan": 1.0, "arcsin": 1.0, 
 _LIBM_F32 = {"exp": 1.0, "log": 1.0, "exp2": 1.0, "log2": 1.0, "log10": 1.0, "log1p": 2.5, "expm1": 2.5, "erf": 2.5,
              "erfc": 2.5, "cbrt": 2.5, "sin": 1.0, "cos": 1.0, "arctan": 3.0, "arcsin": 3.0,
              "arccos": 3.0, "arcsinh": 3.0, "arccosh": 3.0, "arctanh": 3.0, "arctan2": 3.0,
-             "sinh": 3.0, "cosh": 3.0, "pow": 2.5}
+             "sinh": 3.0, "cosh": 3.0, "pow": 2.5, "tan": 3.0}
 # float32 tanh is adjit's own rational function in kernels (numba_helpers), which vectorises
 _OWN_F32 = frozenset(("tanh",))
 CHEAP_PER_CALL = 4

@@ -151,6 +151,35 @@ def ema(x):
     return np.sum(y ** 2)
 
 
+def thomas(b, a, c, d):
+    # a tridiagonal solve by the Thomas algorithm, written element by element (the back
+    # substitution writes x from the last element to the first)
+    n = d.shape[0]
+    cp, dp, x = np.zeros(n), np.zeros(n), np.zeros(n)
+    cp[0], dp[0] = c[0] / b[0], d[0] / b[0]
+    for i in range(1, n):
+        m = b[i] - a[i] * cp[i - 1]
+        cp[i] = c[i] / m
+        dp[i] = (d[i] - a[i] * dp[i - 1]) / m
+    x[-1] = dp[-1]
+    for i in range(n - 2, -1, -1):
+        x[i] = dp[i] - cp[i] * x[i + 1]
+    return np.sum(x ** 2)
+
+
+def assembly(E, f):
+    # finite elements: a bar's stiffness matrix assembled element by element into np.zeros,
+    # then the compliance f . K^-1 f (the first node held)
+    n = E.shape[0] + 1
+    K = np.zeros((n, n))
+    for e in range(n - 1):
+        K[e:e + 2, e:e + 2] += E[e] * KE
+    return f[1:] @ np.linalg.solve(K[1:, 1:], f[1:])
+
+
+KE = np.array([[1.0, -1.0], [-1.0, 1.0]])
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
@@ -192,6 +221,25 @@ def jax_mirrors(jax):
         n = x.shape[0] + k.shape[0] - 1
         return jnp.sum(jnp.fft.irfft(jnp.fft.rfft(x, n) * jnp.fft.rfft(k, n), n) ** 2)
 
+    def j_thomas(b, a, c, d):
+        n = d.shape[0]
+        cp, dp = [c[0] / b[0]], [d[0] / b[0]]
+        for i in range(1, n):
+            m = b[i] - a[i] * cp[-1]
+            cp.append(c[i] / m)
+            dp.append((d[i] - a[i] * dp[-1]) / m)
+        x = [dp[-1]]
+        for i in range(n - 2, -1, -1):
+            x.append(dp[i] - cp[i] * x[-1])
+        return jnp.sum(jnp.stack(x) ** 2)
+
+    def j_assembly(E, f):
+        n = E.shape[0] + 1
+        K = jnp.zeros((n, n))
+        for e in range(n - 1):
+            K = K.at[e:e + 2, e:e + 2].add(E[e] * KE)
+        return f[1:] @ jnp.linalg.solve(K[1:, 1:], f[1:])
+
     def j_ema(x):
         y = jnp.zeros(x.shape[0])
         for i in range(1, x.shape[0]):
@@ -200,6 +248,8 @@ def jax_mirrors(jax):
 
     return {
         "ema": j_ema,
+        "thomas": j_thomas,
+        "assembly": j_assembly,
         "spectral": lambda x, target: jnp.sum(
             (jnp.abs(jnp.fft.rfft(x.reshape(-1, 512), axis=-1)) - target) ** 2),
         "fftconv": j_fftconv,
@@ -273,7 +323,29 @@ def torch_mirrors(torch):
             y[i] = 0.9 * y[i - 1] + x[i]
         return torch.sum(y ** 2)
 
+    def t_thomas(b, a, c, d):
+        n = d.shape[0]
+        cp, dp = [c[0] / b[0]], [d[0] / b[0]]
+        for i in range(1, n):
+            m = b[i] - a[i] * cp[-1]
+            cp.append(c[i] / m)
+            dp.append((d[i] - a[i] * dp[-1]) / m)
+        x = [dp[-1]]
+        for i in range(n - 2, -1, -1):
+            x.append(dp[i] - cp[i] * x[-1])
+        return torch.sum(torch.stack(x) ** 2)
+
+    def t_assembly(E, f):
+        n = E.shape[0] + 1
+        K = torch.zeros((n, n), dtype=E.dtype)
+        ke = torch.from_numpy(KE)
+        for e in range(n - 1):
+            K[e:e + 2, e:e + 2] += E[e] * ke
+        return f[1:] @ torch.linalg.solve(K[1:, 1:], f[1:])
+
     return {
+        "thomas": t_thomas,
+        "assembly": t_assembly,
         "ema": t_ema,
         "spectral": lambda x, target: torch.sum(
             (torch.abs(torch.fft.rfft(x.reshape(-1, 512), dim=-1)) - target) ** 2),
@@ -333,6 +405,12 @@ def cases(quick, rng):
                 {"window": np.hanning(512)}))
     n = 200 if quick else 1000
     out.append(("ema", f"n={n}", ema, (rng.normal(size=n),), {}))
+    n = 100 if quick else 300
+    out.append(("thomas", f"n={n}", thomas, (4 + rng.random(n),),
+                {"a": rng.normal(size=n), "c": rng.normal(size=n), "d": rng.normal(size=n)}))
+    n = 100 if quick else 300
+    out.append(("assembly", f"{n} elements", assembly, (1 + rng.random(n),),
+                {"f": rng.normal(size=n + 1)}))
     nf = 16 if quick else 128
     out.append(("spectral", f"{nf} frames of 512", spectral, (rng.normal(size=nf * 512),),
                 {"target": rng.uniform(0, 20, size=(nf, 257))}))

@@ -173,12 +173,29 @@ class Compiled:
             if not kwargs:
                 return self, tuple(args) + tail
         kw_only = _keyword_only(self.fn, kwargs)
+        owner = self
         if kw_only:
-            rest = {k: v for k, v in kwargs.items() if k not in kw_only}
-            sub = self._with_keywords(kw_only)
-            return sub, (bind_keywords(sub.fn, sub.__name__, args, rest) if rest
-                         else tuple(args)) + tail
-        return self, tuple(bind_keywords(self.fn, self.__name__, args, kwargs)) + tail
+            kwargs = {k: v for k, v in kwargs.items() if k not in kw_only}
+            owner = self._with_keywords(kw_only)
+            if not kwargs:
+                return owner, tuple(args) + tail
+        skipped = []
+        args = bind_keywords(owner.fn, owner.__name__, args, kwargs, skipped)
+        return owner._with_defaults(skipped), tuple(args) + tail
+
+    def _with_defaults(self, skipped):
+        """This transformation with the parameters a keyword call skipped (filled with their
+        defaults) static: f(W, X, rate=0.5) leaves training=True a Python value, as a call
+        without keywords does (not a traced argument that `if training:` cannot read)."""
+        extra = tuple(sorted(p for p, v in skipped if p not in self.static_argnums and
+                             _hashable(v)))
+        if not extra or self._rebuild is None:
+            return self
+        cache = self.__dict__.setdefault("_default_cache", {})
+        sub = cache.get(extra)
+        if sub is None:
+            sub = cache[extra] = self._rebuild(self.fn, tuple(self.static_argnums) + extra)
+        return sub
 
     def trace(self, *args, **kwargs):
         """The graph of this function for these arguments, before any pass."""
@@ -237,10 +254,19 @@ def _keyword_only(fn, kwargs) -> dict:
             or (k not in params and var_kw)}
 
 
-def bind_keywords(fn, name, args, kwargs):
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return not isinstance(v, (np.ndarray, Tracer))
+
+
+def bind_keywords(fn, name, args, kwargs, skipped=None):
     """Positional arguments for fn(*args, **kwargs): keyword arguments naming positional
     parameters take their place (argnums and static_argnums count them by position), and
-    parameters skipped between take their defaults."""
+    parameters skipped between take their defaults (listed in `skipped` as (position,
+    default))."""
     import inspect
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -263,6 +289,8 @@ def bind_keywords(fn, name, args, kwargs):
         if p.name in kwargs:
             out.append(kwargs[p.name])
         elif p.default is not p.empty:
+            if skipped is not None:
+                skipped.append((i, p.default))
             out.append(p.default)
         else:
             raise TypeError(f"{name}() missing argument {p.name!r}")
@@ -352,9 +380,9 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
     opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
                 static_argnums=_static(static_argnums, fn), **backend_options)
     c = _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
-    c._rebuild = lambda f: compile(f, backend=backend, fuse=fuse, checkpoint=checkpoint,
-                                   memory_budget=memory_budget, static_argnums=static_argnums,
-                                   **backend_options)
+    c._rebuild = lambda f, static=None: compile(
+        f, backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
+        static_argnums=static_argnums if static is None else static, **backend_options)
     return c
 
 
@@ -523,8 +551,9 @@ def _transformation(public, fn, argnums, static_argnums, compile_options, make, 
     static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, static=static, **flags)
     c = _cached(public.__name__, fn, lambda: make(static), key)
-    c._rebuild = lambda f: public(f, argnums, static_argnums=static_argnums, **flags,
-                                  **compile_options)
+    c._rebuild = lambda f, static=None: public(
+        f, argnums, static_argnums=static_argnums if static is None else static, **flags,
+        **compile_options)
     return c
 
 

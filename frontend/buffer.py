@@ -71,7 +71,8 @@ class Buffer(np.ndarray):
             return np.ndarray.__getattribute__(self, name)
         tv = traced_value(self)
         if tv is None:
-            return np.ndarray.__getattribute__(self, name)
+            attr = np.ndarray.__getattribute__(self, name)
+            return _taking_traced(self, name, attr) if name in _ARG_METHODS else attr
         if name in _VIEW_ATTRS and _owner(self) is not self:
             # a view of a view taken before the first traced write (v = c[:]; v.T[0] = 7):
             # NumPy's view, a Buffer view of the owner, so writes into it reach the owner
@@ -212,7 +213,16 @@ class Buffer(np.ndarray):
         if method == "at" and isinstance(inputs[0], Buffer) and _holds_traced(inputs):
             # np.add.at(b, idx, traced): on b's value as a tracer, then stored back into b
             target = inputs[0]
+            if _owner(target) is target and target.dtype.kind != "c" and \
+                    ufunc in (np.add, np.subtract):
+                _promote(target)       # its values so far: a constant the writes start from
             tv = traced_value(target)
+            if tv is not None and _owner(target) is target and not getattr(
+                    type(tv), "_adjit_complex", False):
+                # b's value itself takes the update, as its collected writes (np.add.at of
+                # an element's entries in an assembly loop touches only those)
+                ufunc.at(tv, *[resolve(x) for x in inputs[1:]], **kwargs)
+                return None
             value = (tv if tv is not None else _lifted(target)).copy_()
             ufunc.at(value, *[resolve(x) for x in inputs[1:]], **kwargs)
             target[...] = value
@@ -259,9 +269,14 @@ class Buffer(np.ndarray):
             if isinstance(out, Buffer):
                 # np.clip(v, lo, hi, out=v) into a Buffer (or a view of one): computed, then
                 # stored into it, so the write reaches the array it views
-                from .numpy_api import _check_cast, out_casting
+                from .numpy_api import _NP_CLIP, _check_cast, out_casting
                 rest = {k: v for k, v in kwargs.items() if k != "out"}
+                where = rest.pop("where", True) if func is _NP_CLIP else True
                 r = func(*_resolve_tree(args), **_resolve_tree(rest))
+                if where is not True:
+                    # np.clip is a ufunc: where the mask is False, out keeps its values
+                    _check_cast(r, out, out_casting(func, kwargs), "np.clip(..., out=x)")
+                    r = np.where(resolve(where), r.astype(out.dtype), resolve(out))
                 # np.clip's ufunc casts same_kind; reductions store unsafely, as in NumPy
                 _check_cast(r, out, out_casting(func, kwargs), f"np.{func.__name__}(..., out=x)")
                 out[...] = r
@@ -272,8 +287,13 @@ class Buffer(np.ndarray):
                 return NotImplemented  # a Tracer argument: its own dispatch takes it
             # the traced arguments are ones NumPy does not dispatch on (np.take's indices):
             # this array's value joins the trace as a constant, and the Tracer takes it
-            lifted = _map_tree((args, kwargs), lambda x: _lifted(x) if isinstance(x, Buffer)
-                               else x)
+            # (integer arrays stay NumPy's when a float one is lifted: np.arange(1) as the
+            # axes of np.tensordot)
+            floats = any(isinstance(x, Buffer) and x.dtype.kind in "fc"
+                         for x in _leaves((args, kwargs)))
+            lifted = _map_tree((args, kwargs), lambda x: x if not isinstance(x, Buffer) else
+                               _lifted(x) if x.dtype.kind in "fc" or not floats else
+                               x.view(np.ndarray))
             return func(*lifted[0], **lifted[1])
         from .numpy_api import _VIEWS
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
@@ -336,6 +356,23 @@ class FlatIter:
 # attributes that never need the traced value (and that NumPy reads internally)
 _PLAIN_ATTRS = frozenset(("shape", "dtype", "ndim", "size", "itemsize", "nbytes", "base",
                           "strides", "flags", "view"))
+
+
+# methods whose arguments may be traced values while the array holds none (h.dot(W) of a
+# zeros block at the first step of an RNN loop, b.max(initial=t), b.take(traced indices))
+_ARG_METHODS = frozenset(("dot", "take", "choose", "clip", "max", "min", "sum", "prod", "mean",
+                          "std", "var", "cumsum", "cumprod", "all", "any", "compress",
+                          "searchsorted", "repeat", "round", "ptp", "trace"))
+
+
+def _taking_traced(b, name, attr):
+    def method(*args, **kwargs):
+        if _holds_traced((args, kwargs)):
+            # b's values join the trace as a constant; the method is then the Tracer's
+            return getattr(_lifted(b), name)(*_resolve_tree(args), **_resolve_tree(kwargs))
+        return attr(*args, **kwargs)
+    method.__name__ = name
+    return method
 
 
 def _make_op(name):
@@ -666,6 +703,12 @@ def _view_value(view, owner):
         parts = [reshape(gather(reshape(p, (-1,)), [pos.reshape(-1)], (("a", 0),)),
                          view.shape).copy_() for p in (shadow.re, shadow.im)]
         return make(*parts)
+    if shadow._pending is not None:
+        # the shadow's collected writes hold the view's elements (K[e:e+2, e:e+2] += ke in
+        # an assembly loop reads the last few writes, not all of K)
+        nid = shadow.read_pending(pos)
+        if nid is not None:
+            return Tracer(shadow.ctx, nid)
     flat = reshape(shadow, (-1,))
     return reshape(gather(flat, [pos.reshape(-1)], (("a", 0),)), view.shape).copy_()
 

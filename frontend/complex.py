@@ -159,6 +159,25 @@ class ComplexTracer:
     def copy(self):
         return make(np.copy(self.re), np.copy(self.im))
 
+    def copy_(self):
+        return make(self.re.copy_(), self.im.copy_())
+
+    # methods whose function forms NumPy dispatches to the structural functions below
+    def trace(self, *args, **kw):
+        return np.trace(self, *args, **kw)
+
+    def diagonal(self, *args, **kw):
+        return np.diagonal(self, *args, **kw)
+
+    def repeat(self, *args, **kw):
+        return np.repeat(self, *args, **kw)
+
+    def take(self, *args, **kw):
+        return np.take(self, *args, **kw)
+
+    def fill(self, value):
+        self[...] = value
+
     def reshape(self, *shape, **kw):
         return _parts(lambda p: np.reshape(p, shape[0] if len(shape) == 1 else shape, **kw),
                       self)
@@ -521,12 +540,17 @@ def log(z):
 def sqrt(z):
     # the principal root, as NumPy: t = sqrt((|z| + |re|) / 2) is the larger part's size,
     # the other is |im| / (2 t); the imaginary part has im's sign (-0.0 included)
+    # (derivatives: |re| and |im| are written as the branch used, so sqrt(2 + 0j) and
+    # sqrt(2j) keep the analytic derivative; on the cut, the side of im's sign)
     re, im = split(z)
     if im is None:
         im = np.zeros_like(re)
-    t = np.sqrt((np.hypot(re, im) + np.abs(re)) / 2)
-    small = np.where(t == 0, 0.0, np.abs(im) / np.where(t == 0, 1.0, 2 * t))
-    return make(np.where(re >= 0, t, small), np.copysign(np.where(re >= 0, small, t), im))
+    pos = re >= 0
+    t = np.sqrt((np.hypot(re, im) + np.where(pos, re, -re)) / 2)
+    safe = np.where(t == 0, 1.0, 2 * t)
+    along = im / safe                                    # re >= 0: the imaginary part
+    across = np.where(np.signbit(im), -im, im) / safe    # re < 0: the real part, |im| / (2 t)
+    return make(np.where(pos, t, across), np.where(pos, along, np.copysign(t, im)))
 
 
 def sin(z):
@@ -564,7 +588,7 @@ def power(a, p):
     scalar = not is_complex(p) and not isinstance(p, Tracer) and np.ndim(p) == 0
     if scalar and float(p) == 0.5:
         return sqrt(a)
-    if (_number(a) or isinstance(a, complex)) and a != 0:
+    if (_number(a) or type(a) is complex) and a != 0:
         return exp(mul(p, cmath.log(a)))   # a Python base: its log a weak Python complex
     # exp(p log a), and at a = 0 NumPy's values: 1 for p = 0, 0 for a real p > 0, else nan
     # (through log 0 the value and the derivative would be nan)
@@ -622,6 +646,14 @@ def elementwise(op, xs):
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    if method == "at" and ufunc in (np.add, np.subtract) and not kwargs and \
+            isinstance(inputs[0], ComplexTracer) and len(inputs) == 3:
+        # np.add.at(z, idx, v): each part accumulates v's part (repeated indices add up)
+        z, idx, v = inputs
+        for part, pv in zip((z.re, z.im), split(v)):
+            if pv is not None:
+                ufunc.at(part, idx, pv)
+        return None
     fn = _UFUNCS.get(ufunc)
     if method != "__call__" or fn is None:
         what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
@@ -696,6 +728,14 @@ def _like(fill):
     return fn
 
 
+def _full_like(z, fill_value, dtype=None, order="K", subok=True, shape=None):
+    if dtype is not None and np.dtype(dtype).kind != "c":
+        return np.full_like(split(z)[0], fill_value, dtype=dtype, shape=shape)
+    base = _like("zeros")(z, dtype, shape=shape)
+    r = add(base, fill_value)
+    return r if r.dtype == base.dtype else r.astype(base.dtype)   # z's dtype, as NumPy
+
+
 def _real_if_close(a, tol=100):
     raise _refuse("np.real_if_close of a traced complex array (whether the result is real "
                   "depends on the values)", "take z.real")
@@ -744,9 +784,7 @@ _FUNCTIONS = {
     np.correlate: lambda a, v, mode="valid": bilinear(np.correlate, a, v, conj_b=True,
                                                        mode=mode),
     np.zeros_like: _like("zeros"), np.ones_like: _like("ones"), np.empty_like: _like("zeros"),
-    np.full_like: lambda z, fill_value, dtype=None, *a, **k: add(
-        _like("zeros")(z, dtype), fill_value) if dtype is None or np.dtype(dtype).kind == "c"
-    else np.full_like(split(z)[0], fill_value, dtype=dtype),
+    np.full_like: _full_like,
     np.copy: lambda z, *a, **k: _parts(np.copy, z),
     np.asarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
     np.asanyarray: lambda z, dtype=None, *a, **k: z if dtype is None else z.astype(dtype),
@@ -776,6 +814,29 @@ def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
 
 
 _FUNCTIONS[np.pad] = _pad
+
+
+def _stores_parts(func, k, name):
+    """np.copyto, np.put, np.putmask, np.fill_diagonal into a complex array: a store, linear
+    in the values, so each part stores the values' part (0 for a real value's imaginary)."""
+    def store(a, *args, **kw):
+        if not isinstance(a, ComplexTracer):
+            raise _refuse(f"{_name(func)} of complex values into a real array",
+                          "store into a complex array (np.zeros(n, complex))")
+        args = list(args)
+        v = args[k] if len(args) > k else kw.pop(name)
+        for part, pv in zip((a.re, a.im), split(v)):
+            pv = 0.0 if pv is None else pv
+            if len(args) > k:
+                func(part, *(args[:k] + [pv] + args[k + 1:]), **kw)
+            else:
+                func(part, *args, **dict(kw, **{name: pv}))
+    return store
+
+
+for _f, _k, _name_of_value in ((np.copyto, 0, "src"), (np.put, 1, "v"),
+                               (np.putmask, 1, "values"), (np.fill_diagonal, 0, "val")):
+    _FUNCTIONS[_f] = _stores_parts(_f, _k, _name_of_value)
 
 
 def array_function(func, args, kwargs):

@@ -408,9 +408,13 @@ def pad(x, pad_width, mode="constant", **kw):
                 out = F.where(mask, F.cast(v, x.dtype) if isinstance(v, Tracer) else
                               np.asarray(v, x.dtype), out)
         return out
-    if np.any(np.asarray(cv) != 0):
+    values = np.asarray(cv)
+    if np.any(values != 0) or np.any(np.signbit(values)):
+        # selected, not added: -0.0 inside x (and a -0.0 border) keep their sign
         border = np.pad(np.zeros(shape, x.dtype), pw, constant_values=cv)
-        out = F.add(out, border)
+        inside = np.zeros(out_shape, bool)
+        inside[index] = True
+        out = F.where(inside, out, border)
     return out
 
 

@@ -215,6 +215,7 @@ def log(x): return _elementwise("log", [x], float_only=True)
 def log1p(x): return _elementwise("log1p", [x], float_only=True)
 def sin(x): return _elementwise("sin", [x], float_only=True)
 def cos(x): return _elementwise("cos", [x], float_only=True)
+def tan(x): return _elementwise("tan", [x], float_only=True)
 def sinh(x): return _elementwise("sinh", [x], float_only=True)
 def cosh(x): return _elementwise("cosh", [x], float_only=True)
 def tanh(x): return _elementwise("tanh", [x], float_only=True)
@@ -356,6 +357,8 @@ def unbroadcast(g, shape):
 def reshape(x, *shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    if len(shape) == 1 and isinstance(shape[0], np.ndarray) and shape[0].ndim == 1:
+        shape = shape[0].tolist()      # x.reshape(np.array([4, 2])), as NumPy
     if not isinstance(x, Tracer):
         return np.reshape(x, shape)
     shape = [int(d) for d in shape]
@@ -378,6 +381,9 @@ def reshape(x, *shape):
 
 def _norm_axes(axes, ndim, what):
     out = []
+    # array-valued axes (np.moveaxis(x, np.arange(1, 3), ...)) are their elements
+    axes = [int(v) for a in axes for v in (
+        np.ravel(a).tolist() if isinstance(a, np.ndarray) and a.ndim else [a])]
     for a in axes:
         a = int(a)
         if not -ndim <= a < builtins.max(ndim, 1):
@@ -545,6 +551,17 @@ def getitem(x, key):
     return _getitem(x, key)
 
 
+def _plain_index(k) -> bool:
+    """An index that holds no traced value (ints, slices, None, integer or bool arrays and
+    lists of such)."""
+    if k is None or isinstance(k, (int, np.integer, slice)):
+        return True
+    if isinstance(k, np.ndarray):
+        return k.dtype.kind in "iub"
+    return isinstance(k, list) and all(_plain_index(v) and not isinstance(v, slice)
+                                       for v in k)
+
+
 def _getitem(x, key):
     mask = traced_mask(x, key)
     if mask is not None:
@@ -553,6 +570,16 @@ def _getitem(x, key):
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
                 for k in _norm_index(_static_masks(key, x.shape), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):
+        if x._pending is not None and all(_plain_index(k) for k in key):
+            # an element block of an array being filled (K[np.ix_(dofs, dofs)] += ke in an
+            # assembly loop): read from the collected writes that hold it
+            try:
+                pos = key_positions(x.shape, key)
+            except IndexError:
+                pos = None          # out of bounds: the gather below says so
+            nid = None if pos is None or pos.size == 0 else x.read_pending(pos)
+            if nid is not None:
+                return Tracer(x.ctx, nid)
         arrays, tkey = advanced_key(x, key)
         return gather(x, [a if isinstance(a, Tracer) else lift(a, a.dtype, x.ctx)
                           for a in arrays], tkey)
@@ -618,6 +645,25 @@ def place_add(pieces, indices, shape):
     """Zeros of `shape` with each piece added at its basic index."""
     return _index_op("place_add", list(pieces), {"indices": tuple(tuple(ix) for ix in indices),
                                                 "shape": tuple(shape)})
+
+
+def key_positions(shape, key):
+    """flat_positions(shape)[key] for a key of integer arrays and ints alone (np.ix_ blocks,
+    x[rows, cols]) without the grid: an element block of a matrix of millions costs what the
+    block holds. Other keys index the grid."""
+    shape = tuple(int(d) for d in shape)
+    if len(key) == len(shape) and int(math.prod(shape)) > _GRID_CACHED and all(
+            isinstance(k, (int, np.integer)) or (isinstance(k, (np.ndarray, list)) and
+                                                 np.asarray(k).dtype.kind in "iu")
+            for k in key):
+        parts = np.broadcast_arrays(*[np.asarray(k, np.intp) for k in key])
+        for p, d in zip(parts, shape):
+            if p.size and (p.max() >= d or p.min() < -d):
+                raise IndexError(f"index {int(p.max() if p.max() >= d else p.min())} is out "
+                                 f"of bounds for axis with size {d}")
+        return np.ravel_multi_index(tuple(p % d if d else p for p, d in zip(parts, shape)),
+                                    shape)
+    return flat_positions(shape)[key]
 
 
 def flat_positions(shape):
@@ -896,10 +942,8 @@ def index_target(x, key, v, grid=None):
                 "x = adjit.where(np.arange(len(x)) == i, v, x) instead, or for a block of fixed "
                 "length at a traced start index it by an array: x[i + np.arange(3)] = v "
                 "(x[k, i + np.arange(3)] = v in a row)")
-    if grid is None:
-        grid = flat_positions(x.shape)
     try:
-        pos = np.asarray(grid[key])
+        pos = np.asarray(key_positions(x.shape, key) if grid is None else grid[key])
     except IndexError as e:
         raise ShapeError(f"{e} (array of shape {np.shape(grid)}){_at(user_where())}") from None
     return pos, _value_for(v, pos.shape, x)
@@ -1039,14 +1083,9 @@ def reduction(op, x, axis=None, keepdims=False):
 def min(x, axis=None, keepdims=False):  # noqa: A001 - NumPy's name
     if not isinstance(x, Tracer):
         return np.min(x, axis=axis, keepdims=keepdims)
-    # min is max of an order-reversing map: -x for floats; c - x for integers, which never
-    # overflows (c = -1 maps INT_MIN to INT_MAX; c = MAX for unsigned, where -x wraps)
     if x.dtype.kind == "b":
         return cast(min(cast(x, np.uint8), axis, keepdims), np.bool_)
-    if x.dtype.kind in "ui":
-        c = const(np.array(np.iinfo(x.dtype).max if x.dtype.kind == "u" else -1, x.dtype))
-        return sub(c, max(sub(c, x), axis, keepdims))
-    return neg(max(neg(x), axis, keepdims))
+    return reduction("min", x, axis, keepdims)
 
 
 def cumsum(x, axis=None):

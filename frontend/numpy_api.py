@@ -6,9 +6,11 @@ them raises UnsupportedError naming the NumPy function and the user's line.
 from __future__ import annotations
 
 import functools
-import sys
 import inspect
 import math
+import os
+import sys
+import sysconfig
 import threading
 import warnings
 
@@ -35,7 +37,7 @@ UFUNCS = {
     np.exp2: F.exp2, np.log: F.log, np.log1p: F.log1p,
     np.log2: lambda x: F._elementwise("log2", [x], float_only=True),
     np.log10: lambda x: F._elementwise("log10", [x], float_only=True),
-    np.sin: F.sin, np.cos: F.cos, np.tan: lambda x: F.div(F.sin(x), F.cos(x)),
+    np.sin: F.sin, np.cos: F.cos, np.tan: F.tan,
     np.tanh: F.tanh, np.sinh: F.sinh, np.cosh: F.cosh,
     np.arctan: F.arctan, np.arcsin: F.arcsin, np.arccos: F.arccos, np.arcsinh: F.arcsinh,
     np.arccosh: F.arccosh, np.arctanh: F.arctanh, np.arctan2: F.arctan2, np.hypot: C.hypot,
@@ -681,7 +683,8 @@ FUNCTIONS = {
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
     np.empty_like: F.zeros_like, np.full_like: F.full_like, np.average: _average,
     np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size,
-    np.result_type: lambda *xs: F.result_dtype(*xs),
+    np.result_type: lambda *xs: F.result_dtype(*[  # dtypes as such: np.float32 is a dtype
+        np.dtype(x) if isinstance(x, (type, np.dtype, str)) else x for x in xs]),
     np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: _cumsum,
     np.cumprod: _cumprod, np.prod: _prod, np.sort: C.sort, np.argsort: F.argsort,
     np.median: C.median, np.ptp: C.ptp, np.roll: N.roll, np.pad: C.pad, np.take: C.take,
@@ -960,7 +963,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         out = kwargs.pop("out", None)
         r = _kept_by_where(array_ufunc(ufunc, method, inputs, kwargs), where, out, casting,
                            f"np.{ufunc.__name__}(..., out=x)")
-        return r if out is None else array_ufunc(np.positive, "__call__", (r,), {"out": out})
+        if out is None:
+            return r
+        target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+        _store_out(target, r, f"np.{ufunc.__name__}", casting)
+        return target
     out = kwargs.pop("out", None)
     if isinstance(out, tuple) and len(out) > 1 and method == "__call__":
         # np.divmod(x, y, out=(q, r)), np.modf(x, out=(f, i)): each result into its array
@@ -1194,8 +1201,22 @@ def _ufunc_at(ufunc, a, indices, b=None):
     flat = pos.reshape(-1)
     if ufunc is np.subtract:
         val = F.neg(val)
-    summed = F.scatter_add(F.reshape(val, (-1,)), [flat], (("a", 0),), (a.size,))
-    _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
+    val = F.reshape(val, (-1,))
+    if flat.size == 0:
+        return
+    distinct, inverse = np.unique(flat, return_inverse=True)
+    if 4 * distinct.size > a.size:
+        summed = F.scatter_add(val, [flat], (("a", 0),), (a.size,))
+        _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
+        return
+    # a few positions of a large array (an element's entries in an assembly loop): repeats
+    # summed first, then those positions read, added to and written like a[key] += v, so a
+    # loop of calls writes O(entries) each rather than a full-size array per call
+    if distinct.size != flat.size or not np.array_equal(distinct, flat):
+        val = F.scatter_add(val, [inverse.reshape(-1)], (("a", 0),), (distinct.size,),
+                            unique=distinct.size == flat.size)
+    key = np.unravel_index(distinct, a.shape)
+    a[key] = a[key] + F.reshape(val, distinct.shape)
 
 
 _AT_ROUNDS = 64     # rounds (occurrences of one position) ufunc.at unrolls for other ufuncs
@@ -1622,6 +1643,11 @@ def array_function(func, args, kwargs):
                    out_casting(func, kwargs))
         return out
     fn = FUNCTIONS.get(func)
+    if fn is None and getattr(func, "__module__", "") == "numpy.polynomial.polynomial" and \
+            hasattr(func, "_implementation"):
+        # polyval2d, polygrid2d: NumPy's Python code, on the polynomial evaluation that
+        # takes traced points (_tensor_values)
+        return func._implementation(*args, **kwargs)
     if fn is None:
         mod = getattr(func, "__module__", None) or "numpy"
         if not mod.startswith("numpy"):
@@ -1900,6 +1926,11 @@ def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):
     """x.astype: a new array, unless copy=False and the dtype is already right (as NumPy)."""
     if s.dtype == np.dtype(dtype):
         return s.copy_() if copy else s
+    if np.dtype(dtype).kind not in "biufc":
+        raise UnsupportedError(
+            f"x.astype({np.dtype(dtype)}) of a traced array{_at(user_where())}: adjit traces "
+            "numbers (bool, integer, float and complex dtypes); keep the values numeric and "
+            "convert outside the function")
     return F.cast(s, dtype)
 
 
@@ -1955,11 +1986,11 @@ def _accepting(orig):
         if CX.holds(obj):      # traced complex values (and lists of them)
             out = CX.from_nested(obj)
             dtype = kwargs.get("dtype", args[0] if args else None)
-            if dtype is not None:
+            copy = kwargs.get("copy", True if orig.__name__ == "array" else None)
+            if dtype is not None and np.dtype(dtype) != out.dtype:
                 out = out.astype(dtype)
-            elif orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True)) and \
-                    out is B.resolve(obj):
-                out = out.copy()
+            elif _forces_copy(copy) and out is B.resolve(obj):
+                out = out.copy()    # np.asarray(u, dtype=u.dtype) is u itself, as in NumPy
             ndmin = kwargs.get("ndmin", args[4] if len(args) > 4 else 0)
             if orig.__name__ == "array" and ndmin and out.ndim < ndmin:
                 out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
@@ -1979,8 +2010,11 @@ def _accepting(orig):
         out = F.cast(out, dtype) if dtype is not None else out
         ndmin = kwargs.get("ndmin", args[4] if len(args) > 4 else 0)
         if orig.__name__ == "array" and ndmin and out.ndim < ndmin:
-            # np.array(x, ndmin=2): leading axes of length 1 (a row vector), a new array
-            out = F.reshape(out.copy_(), (1,) * (ndmin - out.ndim) + tuple(out.shape))
+            # np.array(x, ndmin=2): leading axes of length 1 (a row vector), a new array; a
+            # view of x with copy=None or False, as NumPy
+            if out is B.resolve(obj) and _forces_copy(kwargs.get("copy", True)):
+                out = out.copy_()
+            return np.reshape(out, (1,) * (ndmin - out.ndim) + tuple(out.shape))
         if out is B.resolve(obj) and (
                 (orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))) or
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
@@ -2003,7 +2037,18 @@ _LIST_TAKERS = tuple((np, n) for n in ("sum", "mean", "max", "min", "prod", "ama
                                        "convolve", "correlate", "polyval", "roll", "outer",
                                        "inner", "cross", "gradient", "nansum", "nanmean",
                                        "cov", "quantile", "percentile", "ravel", "reshape",
-                                       "transpose", "flip", "tile", "repeat", "pad")
+                                       "transpose", "flip", "tile", "repeat", "pad",
+                                       "nanmax", "nanmin", "nanprod", "nanstd", "nanvar",
+                                       "nanmedian", "nanargmax", "nanargmin", "nancumsum",
+                                       "nancumprod", "nanquantile", "nanpercentile",
+                                       "ediff1d", "cumulative_sum", "cumulative_prod",
+                                       "trace", "diag", "diagonal", "count_nonzero",
+                                       "squeeze", "expand_dims", "searchsorted", "einsum",
+                                       "where", "atleast_1d", "atleast_2d", "flipud",
+                                       "fliplr", "rot90", "append", "nonzero",
+                                       "argwhere", "flatnonzero", "round", "around", "triu",
+                                       "tril", "kron", "tensordot", "vdot", "take",
+                                       "take_along_axis", "polyder")
                      if hasattr(np, n)) + ((np.linalg, "norm"),) + tuple(
     (np.fft, n) for n in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2",
                           "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftshift",
@@ -2132,19 +2177,62 @@ def _strong_array(v):
     return v if isinstance(v, Tracer) else np.asarray(v)
 
 
+_wrappers = {}
+_POLY_FAMILIES = (("polynomial", "poly"), ("chebyshev", "cheb"), ("legendre", "leg"),
+                  ("hermite", "herm"), ("hermite_e", "herme"), ("laguerre", "lag"))
+
+
+def _result_type(orig):
+    """np.result_type with traced arrays among its arguments: their dtypes (a traced Python
+    number stays weak), as NumPy's for the arrays they stand for."""
+    @functools.wraps(orig)
+    def result_type(*xs):
+        if not any(isinstance(B.resolve(x), Tracer) or CX.holds(x) for x in xs):
+            return orig(*xs)
+        return orig(*[F._dtype_part(B.resolve(x)) if isinstance(B.resolve(x), Tracer) else
+                      x.dtype if CX.holds(x) else x for x in xs])
+    return result_type
+
+
+def _tensor_values(orig):
+    """numpy.polynomial's chebval(x, c) & co. (and polyvalfromroots): they give c one axis
+    per axis of x when `isinstance(x, np.ndarray)`, which a traced x is not; done here, then
+    evaluated elementwise (tensor=False), so several polynomials and the 2-d/3-d and grid
+    forms built on these get NumPy's shapes and values."""
+    @functools.wraps(orig)
+    def values(x, c, tensor=True):
+        if tensor and B._is_traced(x):
+            nd = len(getattr(B.resolve(x), "shape", ()))
+            if nd:
+                c = c if B._holds_traced(c) else _originals["array"](c, ndmin=1)
+                c = np.reshape(c, tuple(np.shape(c)) + (1,) * nd)
+            return orig(x, c, tensor=False)
+        return orig(x, c, tensor)
+    return values
+
+
+def _made(wrap, orig):
+    """wrap(orig), made once: a trace starts without rebuilding some 150 wrappers."""
+    key = (wrap, orig)
+    w = _wrappers.get(key)
+    if w is None:
+        w = _wrappers[key] = wrap(orig)
+    return w
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
         if _patch_depth[0] == 0:
             for name in _CONSTRUCTORS:
                 _originals[name] = getattr(np, name)
-                setattr(np, name, _accepting(_originals[name]))
+                setattr(np, name, _made(_accepting, _originals[name]))
             for name in B._MAKERS:
                 _originals[name] = getattr(np, name)
-                setattr(np, name, B.making_buffers(_originals[name]))
+                setattr(np, name, _made(B.making_buffers, _originals[name]))
             for mod, name in _LIST_TAKERS:
                 _originals[(mod, name)] = getattr(mod, name)
-                setattr(mod, name, _taking_lists(_originals[(mod, name)]))
+                setattr(mod, name, _made(_taking_lists, _originals[(mod, name)]))
             for name, column in (("r_", False), ("c_", True)):
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _Concatenator(_originals[name], column))
@@ -2154,6 +2242,8 @@ def constructors_accept_tracers():
             np.nditer = _nditer(np.nditer)
             _originals["kaiser"] = np.kaiser      # no __array_function__ dispatch either
             np.kaiser = _kaiser(np.kaiser)
+            _originals["result_type"] = np.result_type    # nor this (a tracer was `object`)
+            np.result_type = _made(_result_type, np.result_type)
             _originals["polyint"] = np.polyint    # dispatches on p alone, not on k
             np.polyint = _traced_anywhere(np.polyint)
             _originals["fromiter"] = np.fromiter
@@ -2175,9 +2265,11 @@ def constructors_accept_tracers():
             norm = getattr(distns, "norm", None)
             if norm is not None:
                 # scipy.stats.norm's methods (the same object however imported)
-                _originals["scipy_norm"] = norm
+                # on its class, so frozen norm(loc, scale) (a new instance inside) has them
+                cls = type(norm)
+                _originals["scipy_norm"] = (cls, {k: cls.__dict__.get(k) for k in _NORM_METHODS})
                 for kind in _NORM_METHODS:
-                    setattr(norm, kind, _norm_method(kind, getattr(norm, kind)))
+                    setattr(cls, kind, _made(_NORM_WRAPS[kind], getattr(cls, kind)))
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -2190,6 +2282,15 @@ def constructors_accept_tracers():
                                            if hasattr(sfft, name)}
                 for name, orig in _originals["scipy_fft"].items():
                     setattr(sfft, name, _scipy_fft(orig, getattr(np.fft, name)))
+            _originals["polynomial"] = []
+            for mod_name, prefix in _POLY_FAMILIES:
+                mod = sys.modules.get(f"numpy.polynomial.{mod_name}")
+                for name in (f"{prefix}val", "polyvalfromroots"):
+                    if mod is not None and hasattr(mod, name):
+                        orig = getattr(mod, name)
+                        _originals["polynomial"].append((mod, name, orig))
+                        setattr(mod, name, _made(_tensor_values, orig))
+            _originals["user_globals"] = _patch_user_globals()
         _patch_depth[0] += 1
     done = []
 
@@ -2203,15 +2304,19 @@ def constructors_accept_tracers():
                 if "scipy_basic_asarray" in _originals:
                     _originals.pop("scipy_basic_asarray").asarray = _originals["asarray"]
                 if "scipy_norm" in _originals:
-                    norm = _originals.pop("scipy_norm")
-                    for kind in _NORM_METHODS:
-                        norm.__dict__.pop(kind, None)
+                    cls, own = _originals.pop("scipy_norm")
+                    for kind, method in own.items():
+                        if method is None:
+                            delattr(cls, kind)
+                        else:
+                            setattr(cls, kind, method)
                 for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
                     setattr(np, name, _originals.pop(name))
                 np.vectorize.__call__ = _originals.pop("vectorize")
                 np.require = _originals.pop("require")
                 np.nditer = _originals.pop("nditer")
                 np.kaiser = _originals.pop("kaiser")
+                np.result_type = _originals.pop("result_type")
                 np.polyint = _originals.pop("polyint")
                 np.fromiter = _originals.pop("fromiter")
                 np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
@@ -2226,7 +2331,60 @@ def constructors_accept_tracers():
                 if "scipy_logsumexp" in _originals:
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
+                for mod, name, orig in _originals.pop("polynomial"):
+                    setattr(mod, name, orig)
+                for d, key, orig, new in _originals.pop("user_globals"):
+                    if d.get(key) is new:
+                        d[key] = orig
     return restore
+
+
+_LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib",
+                                                                       "purelib", "platlib")
+                              for p in [sysconfig.get_paths().get(key)] if p}))
+_user_files = {}
+_module_kinds = {}     # name -> (the module, whether it is the user's)
+
+
+def _is_user_module(mod) -> bool:
+    """A module of the user's own code: a script or a module outside the standard library,
+    site-packages and adjit (where `from numpy import zeros` is the user's)."""
+    f = getattr(mod, "__file__", None)
+    if not isinstance(f, str):
+        return getattr(mod, "__name__", None) == "__main__"
+    known = _user_files.get(f)
+    if known is None:
+        real = os.path.realpath(f)
+        known = _user_files[f] = not (
+            real.startswith(_LIBRARY_DIRS) or any(part in real for part in ("site-packages", "dist-packages"))
+            or getattr(mod, "__name__", "").split(".")[0] in ("adjit", "numpy", "scipy"))
+    return known
+
+
+def _patch_user_globals():
+    """NumPy functions the user's modules imported by name (`from numpy import zeros, r_`)
+    take the tracing versions too, as np.zeros does: np.zeros is looked up when called, a
+    name imported before tracing is the original. Returns what to restore."""
+    patched = {}
+    for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_", "require", "kaiser", "polyint",
+                                             "fromiter", "nditer", "result_type"):
+        patched[id(_originals[name])] = (_originals[name], getattr(np, name))
+    for mod, name in _LIST_TAKERS:
+        patched[id(_originals[(mod, name)])] = (_originals[(mod, name)], getattr(mod, name))
+    done = []
+    for name, mod in list(sys.modules.items()):
+        kind = _module_kinds.get(name)
+        if kind is None or kind[0] is not mod:
+            kind = _module_kinds[name] = (mod, _is_user_module(mod))
+        d = getattr(mod, "__dict__", None) if kind[1] else None
+        if not isinstance(d, dict):
+            continue
+        for key, value in list(d.items()):
+            hit = patched.get(id(value))
+            if hit is not None and hit[0] is value and not key.startswith("__"):
+                d[key] = hit[1]
+                done.append((d, key, value, hit[1]))
+    return done
 
 
 def _fromiter(orig):
@@ -2277,19 +2435,22 @@ def _kaiser(orig):
     return kaiser
 
 
-_NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf")
+_NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf")
 
 
 def _norm_method(kind, orig):
     """scipy.stats.norm.pdf & co. of traced arguments, written with adjit's ops (SciPy's own
     code needs concrete arrays); float64 as SciPy; logcdf and logsf are log_ndtr's, finite
-    far into the tails as SciPy's."""
+    far into the tails as SciPy's; ppf and isf are loc +- scale ndtri(q), as SciPy's."""
     @functools.wraps(orig)
-    def fn(x, loc=0, scale=1, *rest, **kw):
+    def fn(self, x, loc=0, scale=1, *rest, **kw):
         if rest or kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
-            return orig(x, loc, scale, *rest, **kw)
+            return orig(self, x, loc, scale, *rest, **kw)
         x, loc, scale = (F.cast(B.resolve(a), np.float64) if _holds_tracer(a) else
                          np.asarray(a, np.float64) for a in (x, loc, scale))
+        if kind in ("ppf", "isf"):
+            step = F.mul(scale, _SCIPY_SPECIAL["ndtri"](x))
+            return F.add(loc, step) if kind == "ppf" else F.sub(loc, step)
         z = F.div(F.sub(x, loc), scale)
         if kind in ("pdf", "logpdf"):
             log_p = F.sub(F.mul(F.mul(z, z), -0.5), F.add(F.log(scale),
@@ -2298,6 +2459,9 @@ def _norm_method(kind, orig):
         z = z if kind in ("cdf", "logcdf") else F.neg(z)
         return _SCIPY_SPECIAL["log_ndtr" if kind.startswith("log") else "ndtr"](z)
     return fn
+
+
+_NORM_WRAPS = {kind: functools.partial(_norm_method, kind) for kind in _NORM_METHODS}
 
 
 _SCIPY_FFT = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",

@@ -221,6 +221,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             _name_the_prebound_numpy(e)
             raise
         _warn_mutated(before, fn, out)
+        _warn_stored_in_objects(fn, call_args, ctx)
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs, weak_out = [], []
         from .functions import _is_weak
@@ -303,6 +304,79 @@ def _warn_mutated(before, fn, out=None):
             f"{'them' if len(changed) > 1 else 'it'}; the caller's {' and '.join(kinds)} is "
             "not updated by a compiled function (as in JAX). Return the new values (for "
             "running statistics or optimizer state) and assign them outside.",
+            AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
+
+
+_SCAN_LIMIT = 2000      # objects _warn_stored_in_objects looks at, at most
+
+
+def _warn_stored_in_objects(fn, call_args, ctx):
+    """A traced value left in an attribute of an object from outside the function (an
+    optimizer's self.m = b1 * self.m + ..., layer.W = W - lr * dW in a compiled training
+    step): the compiled program does not update the object between calls, so its state is
+    the traced one every time and training silently stands still. Looked for in the objects
+    the function closes over or names as globals, its bound instance and its arguments, a
+    few levels deep."""
+    import types
+    import warnings
+    user = fn
+    while hasattr(user, "__wrapped__"):
+        user = user.__wrapped__
+    code = getattr(user, "__code__", None)
+    roots = []
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(user, "__closure__", None)
+                          or ()):
+        try:
+            roots.append((cell.cell_contents, name))
+        except ValueError:           # a cell not yet assigned
+            pass
+    if getattr(user, "__self__", None) is not None:
+        roots.append((user.__self__, "self"))
+    glob = getattr(user, "__globals__", {})
+    roots += [(glob[n], n) for n in getattr(code, "co_names", ()) if n in glob]
+    roots += [(a, n) for a, n in zip(call_args, arg_names(fn, len(call_args)))]
+    plain = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
+             types.MethodType, np.ndarray, np.generic, str, bytes, int, float, complex, bool)
+
+    def ours(v):
+        if isinstance(v, Tracer):
+            return v.ctx is ctx
+        return getattr(type(v), "_adjit_complex", False) and getattr(v.re, "ctx", None) is ctx
+
+    seen, found, todo = set(), [], [(v, n, 0) for v, n in roots]
+    while todo and len(seen) < _SCAN_LIMIT:
+        obj, path, depth = todo.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, plain) or isinstance(obj, Tracer):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            items = [(v, f"{path}[{k}]") for k, v in enumerate(obj[:64])]
+            inside = depth > 0        # an argument's own items are its pytree, returned or not
+        elif isinstance(obj, dict):
+            items = [(v, f"{path}[{k!r}]") for k, v in list(obj.items())[:64]]
+            inside = depth > 0
+        else:
+            attrs = getattr(obj, "__dict__", None)
+            if not isinstance(attrs, dict) or type(obj).__module__.split(".")[0] in (
+                    "builtins", "numpy", "scipy", "adjit", "functools"):
+                continue
+            items = [(v, f"{path}.{k}") for k, v in list(attrs.items())[:64]]
+            inside = True
+        for v, p in items:
+            if inside and ours(v):
+                found.append(p)
+            elif depth < 3:
+                todo.append((v, p, depth + 1))
+    if found:
+        w = user_where()
+        warnings.warn_explicit(
+            f"{getattr(fn, '__name__', 'the function')} left traced values in "
+            f"{', '.join(found[:4])}{' ...' if len(found) > 4 else ''} (attributes of objects "
+            "from outside the function). A compiled function does not update such attributes "
+            "between calls: state kept there (optimizer moments, weights updated in place) "
+            "starts from the same traced values at every call, so training stands still. "
+            "Return the new state and assign it outside, as in JAX (values cached there for "
+            "use within the same call are fine).",
             AdjitWarning, w.file if w else "<adjit>", w.line if w else 0)
 
 

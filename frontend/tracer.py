@@ -33,6 +33,7 @@ _state = threading.local()
 # collected writes whose result is at most this many contiguous runs of the old value and
 # the written ones are joined from slices (else one gather)
 _RUNS = 8
+_SOURCES = 16    # collected writes one read may gather from (Tracer.read_pending) at most
 _BOXES = 4      # collected writes placed box by box (see Tracer._boxes) at most
 
 
@@ -242,14 +243,15 @@ class Tracer:
     whose base changed is re-derived from the base on its next use; an assignment into a view
     writes through to the base.
     """
-    __slots__ = ("ctx", "_id", "_shape", "dtype", "base", "chain", "bver", "ver", "_pending")
+    __slots__ = ("ctx", "_id", "_shape", "dtype", "base", "chain", "bver", "ver", "_pending",
+                 "_zero_known")
     __array_priority__ = 1000
 
     def __init__(self, ctx, nid):
         node = ctx.graph[nid]
         self.ctx, self._id, self._shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
         self.base, self.chain, self.bver, self.ver = None, (), 0, 0
-        self._pending = None
+        self._pending, self._zero_known = None, (None, False)
 
     @property
     def shape(self):
@@ -323,44 +325,79 @@ class Tracer:
         collected writes (and the old value) that hold them, joined, so reading needs no
         materialization: `out[i-1]` after `out[i-1] = ...` is that write's value, and
         `y[a:b] += frame` in an overlap-add loop reads the tail of the previous frame and
-        untouched zeros rather than all of y for every frame. None when there are no
-        collected writes, or the elements come in more than _RUNS runs."""
+        untouched zeros rather than all of y for every frame. Elements in many runs from a
+        few writes (an element block K[np.ix_(dofs, dofs)] += ke in an assembly loop) are
+        gathered write by write and put in order. Untouched elements of a fresh np.zeros
+        array are zeros, not a read of it. None when there are no collected writes, or the
+        elements come from too many writes."""
         if self._pending is None or pos.size == 0:
             return None
         flat = pos.reshape(-1)
         w = self._pending[2][flat]
         bounds = np.flatnonzero(np.diff(w)) + 1
-        if len(bounds) + 1 > _RUNS:
-            return None
-        base_id, writes, _ = self._pending
-        g = self.ctx.graph
         where = user_where()
-        pieces = []
-        for a, b in zip(np.r_[0, bounds], np.r_[bounds, flat.size]):
-            k, want = int(w[a]), flat[a:b]
-            if k < 0:
-                src, j = base_id, want
-            else:
-                wpos, src, _ = writes[k]
-                order = np.argsort(wpos, kind="stable")
-                j = order[np.searchsorted(wpos[order], want, side="right") - 1]  # last write
-            n = int(math.prod(g[src]["shape"]))
-            if g[src]["shape"] != (n,):
-                src = self._node("reshape", [src], {"shape": (n,)}, where)
-            if j.size == n and (np.diff(j) == 1).all() and j[0] == 0:
-                piece = src                 # the whole value of one write
-            elif j.size == 1 or (np.diff(j) == 1).all():
-                piece = self._node("slice", [src], {"index": (slice(int(j[0]),
-                                                                    int(j[0]) + j.size),)}, where)
-            else:
-                c = g.add("const", [], j.shape, j.dtype, {"value": j, "dtype": j.dtype}, None,
-                          where)
-                piece = self._node("gather", [src, c], {"key": (("a", 0),)}, where)
-            pieces.append(piece)
-        vid = pieces[0] if len(pieces) == 1 else self._node("concatenate", pieces,
-                                                            {"axis": 0}, where)
+        if len(bounds) + 1 <= _RUNS:
+            starts, ends = np.r_[0, bounds], np.r_[bounds, flat.size]
+            vid = self._joined([self._piece(int(w[a]), flat[a:b], where)
+                                for a, b in zip(starts, ends)], where)
+        else:
+            # (a large part of the array read back in many runs, a stencil's u[1:-1, :-2]
+            # after u[1:-1, 1:-1] = ...: materialized, the writes placed as boxes)
+            sources = np.unique(w)
+            if len(sources) > _SOURCES or 4 * flat.size > self.size:
+                return None
+            order = np.argsort(w, kind="stable")
+            ws = w[order]
+            cuts = np.flatnonzero(np.diff(ws)) + 1
+            pieces = [self._piece(int(ws[a]), flat[order[a:b]], where)
+                      for a, b in zip(np.r_[0, cuts], np.r_[cuts, flat.size])]
+            joined = self._joined(pieces, where)
+            back = np.empty_like(order)
+            back[order] = np.arange(order.size)      # element i of pos is joined[back[i]]
+            c = self.ctx.graph.add("const", [], back.shape, back.dtype,
+                                   {"value": back, "dtype": back.dtype}, None, where)
+            vid = self._node("gather", [joined, c], {"key": (("a", 0),)}, where)
         return vid if pos.shape == (flat.size,) else self._node("reshape", [vid],
                                                                 {"shape": pos.shape}, where)
+
+    def _piece(self, k, want, where):
+        """The node of the elements at flat positions `want` as write k left them (k < 0:
+        the value before the writes)."""
+        g = self.ctx.graph
+        base_id, writes, _ = self._pending
+        if k < 0:
+            if self._zero_base():
+                z = np.zeros((), self.dtype)
+                c = g.add("const", [], (), self.dtype, {"value": z, "dtype": self.dtype},
+                          None, where)
+                return self._node("broadcast_to", [c], {"shape": (want.size,)}, where)
+            src, j = base_id, want
+        else:
+            wpos, src, _ = writes[k]
+            order = np.argsort(wpos, kind="stable")
+            j = order[np.searchsorted(wpos[order], want, side="right") - 1]  # last write
+        n = int(math.prod(g[src]["shape"]))
+        if g[src]["shape"] != (n,):
+            src = self._node("reshape", [src], {"shape": (n,)}, where)
+        if j.size == n and (np.diff(j) == 1).all() and j[0] == 0:
+            return src                  # the whole value of one write
+        if j.size == 1 or (np.diff(j) == 1).all():
+            return self._node("slice", [src], {"index": (slice(int(j[0]),
+                                                                int(j[0]) + j.size),)}, where)
+        c = g.add("const", [], j.shape, j.dtype, {"value": j, "dtype": j.dtype}, None, where)
+        return self._node("gather", [src, c], {"key": (("a", 0),)}, where)
+
+    def _joined(self, pieces, where):
+        return pieces[0] if len(pieces) == 1 else self._node("concatenate", pieces,
+                                                             {"axis": 0}, where)
+
+    def _zero_base(self) -> bool:
+        """Is the value before the collected writes a constant of zeros (np.zeros)? Known
+        once per run of writes (the base is the same until they are materialized)."""
+        base_id = self._pending[0]
+        if self._zero_known[0] != base_id:
+            self._zero_known = (base_id, _is_zero_const(self.ctx.graph, base_id))
+        return self._zero_known[1]
 
     def unwritten(self, pos: np.ndarray) -> bool:
         """Do the collected writes leave the flat positions `pos` untouched?"""

@@ -373,6 +373,11 @@ unary("sin", np.sin, lambda g, out, x: [F.mul(g, F.cos(x))],
 unary("cos", np.cos, lambda g, out, x: [F.neg(F.mul(g, F.sin(x)))],
       lambda t, out, x: F.neg(F.mul(t[0], F.sin(x))),
       "np.cos({0})", "math.cos({0})", "cos({0})", 4)
+# tan' = 1 + out^2 reuses the forward result; NumPy's np.tan is one SIMD loop (sin / cos
+# was two calls and a division, 16-40x slower than eager)
+unary("tan", np.tan, lambda g, out, x: [F.mul(g, F.add(1, F.mul(out, out)))],
+      lambda t, out, x: F.mul(t[0], F.add(1, F.mul(out, out))),
+      "np.tan({0})", "math.tan({0})", "tan({0})", 8)
 # sinh and cosh are the C library's: exp(|x| - ln 2) forms overflow early in float32, and
 # NumPy's are one SIMD call
 unary("sinh", np.sinh, lambda g, out, x: [F.mul(g, F.cosh(x))],
@@ -728,6 +733,11 @@ def _lowest(dtype):
     return -math.inf if dt.kind == "f" else np.iinfo(dt).min if dt.kind in "iu" else False
 
 
+def _highest(dtype):
+    dt = np.dtype(dtype)
+    return math.inf if dt.kind == "f" else np.iinfo(dt).max if dt.kind in "iu" else True
+
+
 def _sum_vjp(g, out, x, axis, keepdims):
     if not keepdims:
         g = F.reshape(g, reduce_shape([x.shape], {"axis": axis, "keepdims": True}))
@@ -767,6 +777,16 @@ _register(OpDef(
     "np.max({0}, axis={axis}, keepdims={keepdims})", "_rt_maximum({0}, {1})",
     "_rt_maximum({0}, {1})",
     lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=_lowest))
+
+
+_register(OpDef(
+    "min", 1, "reduction", reduce_shape, first_dtype,
+    lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims), _max_vjp, _max_jvp,
+    "np.min({0}, axis={axis}, keepdims={keepdims})", "_rt_minimum({0}, {1})",
+    "_rt_minimum({0}, {1})",
+    lambda out, ins, a: _numel(ins[0]), fusion="reduce", reduce_init=_highest,
+    doc="np.min: NumPy's own loop (as -max(-x) it was two extra passes, and 10x slower in "
+        "numba kernels); the cotangent shared among tied minima, as max's"))
 
 
 for _name, _uf in (("nanmax", "fmax"), ("nanmin", "fmin")):
@@ -1635,7 +1655,7 @@ OPS["reshape"].rewrite = _reshape_of_slice
 # ops whose VJP gives the positions they drop a cotangent of exactly 0: where's other
 # branch, a gather's or a slice's unread elements (x[i] = v overwrites through concatenate +
 # gather), the non-maximal elements of a max
-for _name in ("where", "gather", "slice", "max", "extreme_at", "accumulate"):
+for _name in ("where", "gather", "slice", "max", "min", "extreme_at", "accumulate"):
     OPS[_name].selects = True
 OPS["accumulate"].keeps_zeros = True
 for _name in ("exp", "exp2", "sinh", "cosh", "cbrt", "expm1", "log", "log1p", "log10", "log2",

@@ -98,6 +98,15 @@ USER = textwrap.dedent("""
     with_numpy = adjit.measure_peak_memory(f, p, X, y)
     with_cupy = adjit.measure_peak_memory(f, *args)
     assert 0 < with_cupy < with_numpy, (with_cupy, with_numpy)
+
+    # complex CuPy results passed back in (split into their parts on the device), and
+    # nanmax without host reads or all-NaN warnings (RuntimeWarning is an error here)
+    half = adjit.compile(lambda z: 0.5 * z + 1j, backend="cupy")
+    z = half(half(np.array([1 + 2j, 3 - 1j])))
+    assert isinstance(z, cupy.ndarray) and np.allclose(z.get(), [0.25 + 2j, 0.75 + 1.25j])
+    Xn = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan]])
+    top = adjit.compile(lambda X: np.nanmax(X, axis=1), backend="cupy")(Xn)
+    assert np.array_equal(top.get(), [3.0, np.nan], equal_nan=True)
     print("user API ok", with_numpy, with_cupy)
 """)
 
