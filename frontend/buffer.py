@@ -370,7 +370,8 @@ def _taking_traced(b, name, attr):
         if _holds_traced((args, kwargs)):
             # b's values join the trace as a constant; the method is then the Tracer's
             return getattr(_lifted(b), name)(*_resolve_tree(args), **_resolve_tree(kwargs))
-        return attr(*args, **kwargs)
+        # a new array computed from b (b.mean(0)) is made here too, as _make_op's results
+        return _made_here(attr(*args, **kwargs), (np.ndarray.view(b, np.ndarray),))
     method.__name__ = name
     return method
 

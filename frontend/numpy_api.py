@@ -2204,7 +2204,7 @@ def _tensor_values(orig):
         if tensor and B._is_traced(x):
             nd = len(getattr(B.resolve(x), "shape", ()))
             if nd:
-                c = c if B._holds_traced(c) else _originals["array"](c, ndmin=1)
+                c = np.array(c, ndmin=1)    # (the tracing np.array: lists of traced values too)
                 c = np.reshape(c, tuple(np.shape(c)) + (1,) * nd)
             return orig(x, c, tensor=False)
         return orig(x, c, tensor)
@@ -2349,15 +2349,21 @@ _module_kinds = {}     # name -> (the module, whether it is the user's)
 def _is_user_module(mod) -> bool:
     """A module of the user's own code: a script or a module outside the standard library,
     site-packages and adjit (where `from numpy import zeros` is the user's)."""
-    f = getattr(mod, "__file__", None)
+    try:
+        f = getattr(mod, "__file__", None)
+        name = getattr(mod, "__name__", "")
+    except Exception:  # noqa: BLE001 - a lazy module placeholder: not the user's code
+        return False
+    if not isinstance(name, str):
+        return False
     if not isinstance(f, str):
-        return getattr(mod, "__name__", None) == "__main__"
+        return name == "__main__"
     known = _user_files.get(f)
     if known is None:
         real = os.path.realpath(f)
         known = _user_files[f] = not (
             real.startswith(_LIBRARY_DIRS) or any(part in real for part in ("site-packages", "dist-packages"))
-            or getattr(mod, "__name__", "").split(".")[0] in ("adjit", "numpy", "scipy"))
+            or name.split(".")[0] in ("adjit", "numpy", "scipy"))
     return known
 
 
@@ -2365,12 +2371,13 @@ def _patch_user_globals():
     """NumPy functions the user's modules imported by name (`from numpy import zeros, r_`)
     take the tracing versions too, as np.zeros does: np.zeros is looked up when called, a
     name imported before tracing is the original. Returns what to restore."""
+    # (the array makers and numpy.polynomial's evaluators only: a function compared by
+    # identity, `how is max` or a dict keyed by np.mean, must stay NumPy's own)
     patched = {}
-    for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_", "require", "kaiser", "polyint",
-                                             "fromiter", "nditer", "result_type"):
+    for name in _CONSTRUCTORS + B._MAKERS + ("r_", "c_"):
         patched[id(_originals[name])] = (_originals[name], getattr(np, name))
-    for mod, name in _LIST_TAKERS:
-        patched[id(_originals[(mod, name)])] = (_originals[(mod, name)], getattr(mod, name))
+    for mod, name, orig in _originals["polynomial"]:
+        patched[id(orig)] = (orig, getattr(mod, name))
     done = []
     for name, mod in list(sys.modules.items()):
         kind = _module_kinds.get(name)
@@ -2441,24 +2448,32 @@ _NORM_METHODS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf")
 def _norm_method(kind, orig):
     """scipy.stats.norm.pdf & co. of traced arguments, written with adjit's ops (SciPy's own
     code needs concrete arrays); float64 as SciPy; logcdf and logsf are log_ndtr's, finite
-    far into the tails as SciPy's; ppf and isf are loc +- scale ndtri(q), as SciPy's."""
+    far into the tails as SciPy's; ppf and isf are loc +- scale ndtri(q), as SciPy's; NaN
+    where scale <= 0, as SciPy."""
     @functools.wraps(orig)
     def fn(self, x, loc=0, scale=1, *rest, **kw):
         if rest or kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
             return orig(self, x, loc, scale, *rest, **kw)
         x, loc, scale = (F.cast(B.resolve(a), np.float64) if _holds_tracer(a) else
                          np.asarray(a, np.float64) for a in (x, loc, scale))
-        if kind in ("ppf", "isf"):
-            step = F.mul(scale, _SCIPY_SPECIAL["ndtri"](x))
-            return F.add(loc, step) if kind == "ppf" else F.sub(loc, step)
-        z = F.div(F.sub(x, loc), scale)
-        if kind in ("pdf", "logpdf"):
-            log_p = F.sub(F.mul(F.mul(z, z), -0.5), F.add(F.log(scale),
-                                                          0.5 * math.log(2 * math.pi)))
-            return F.exp(log_p) if kind == "pdf" else log_p
-        z = z if kind in ("cdf", "logcdf") else F.neg(z)
-        return _SCIPY_SPECIAL["log_ndtr" if kind.startswith("log") else "ndtr"](z)
+        r = _norm_value(kind, x, loc, scale)
+        if isinstance(scale, Tracer) or np.any(scale <= 0):
+            r = F.where(F.gt(scale, 0), r, np.nan)
+        return r
     return fn
+
+
+def _norm_value(kind, x, loc, scale):
+    if kind in ("ppf", "isf"):
+        step = F.mul(scale, _SCIPY_SPECIAL["ndtri"](x))
+        return F.add(loc, step) if kind == "ppf" else F.sub(loc, step)
+    z = F.div(F.sub(x, loc), scale)
+    if kind in ("pdf", "logpdf"):
+        log_p = F.sub(F.mul(F.mul(z, z), -0.5), F.add(F.log(scale),
+                                                      0.5 * math.log(2 * math.pi)))
+        return F.exp(log_p) if kind == "pdf" else log_p
+    z = z if kind in ("cdf", "logcdf") else F.neg(z)
+    return _SCIPY_SPECIAL["log_ndtr" if kind.startswith("log") else "ndtr"](z)
 
 
 _NORM_WRAPS = {kind: functools.partial(_norm_method, kind) for kind in _NORM_METHODS}

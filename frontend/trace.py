@@ -221,7 +221,10 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             _name_the_prebound_numpy(e)
             raise
         _warn_mutated(before, fn, out)
-        _warn_stored_in_objects(fn, call_args, ctx)
+        try:
+            _warn_stored_in_objects(fn, ctx)
+        except Exception:  # noqa: BLE001 - a look for a user's mistake must never fail a trace
+            pass
         out_leaves, out_tree, _out_paths = pytree.flatten(out, "out")
         outs, weak_out = [], []
         from .functions import _is_weak
@@ -310,13 +313,13 @@ def _warn_mutated(before, fn, out=None):
 _SCAN_LIMIT = 2000      # objects _warn_stored_in_objects looks at, at most
 
 
-def _warn_stored_in_objects(fn, call_args, ctx):
+def _warn_stored_in_objects(fn, ctx):
     """A traced value left in an attribute of an object from outside the function (an
     optimizer's self.m = b1 * self.m + ..., layer.W = W - lr * dW in a compiled training
     step): the compiled program does not update the object between calls, so its state is
     the traced one every time and training silently stands still. Looked for in the objects
-    the function closes over or names as globals, its bound instance and its arguments, a
-    few levels deep."""
+    the function closes over or names as globals and its bound instance, a few levels deep
+    (not its arguments: their lists and dicts are the traced inputs themselves)."""
     import types
     import warnings
     user = fn
@@ -334,7 +337,6 @@ def _warn_stored_in_objects(fn, call_args, ctx):
         roots.append((user.__self__, "self"))
     glob = getattr(user, "__globals__", {})
     roots += [(glob[n], n) for n in getattr(code, "co_names", ()) if n in glob]
-    roots += [(a, n) for a, n in zip(call_args, arg_names(fn, len(call_args)))]
     plain = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
              types.MethodType, np.ndarray, np.generic, str, bytes, int, float, complex, bool)
 
@@ -351,19 +353,16 @@ def _warn_stored_in_objects(fn, call_args, ctx):
         seen.add(id(obj))
         if isinstance(obj, (list, tuple)):
             items = [(v, f"{path}[{k}]") for k, v in enumerate(obj[:64])]
-            inside = depth > 0        # an argument's own items are its pytree, returned or not
         elif isinstance(obj, dict):
             items = [(v, f"{path}[{k!r}]") for k, v in list(obj.items())[:64]]
-            inside = depth > 0
         else:
             attrs = getattr(obj, "__dict__", None)
             if not isinstance(attrs, dict) or type(obj).__module__.split(".")[0] in (
                     "builtins", "numpy", "scipy", "adjit", "functools"):
                 continue
             items = [(v, f"{path}.{k}") for k, v in list(attrs.items())[:64]]
-            inside = True
         for v, p in items:
-            if inside and ours(v):
+            if ours(v):
                 found.append(p)
             elif depth < 3:
                 todo.append((v, p, depth + 1))
@@ -371,8 +370,8 @@ def _warn_stored_in_objects(fn, call_args, ctx):
         w = user_where()
         warnings.warn_explicit(
             f"{getattr(fn, '__name__', 'the function')} left traced values in "
-            f"{', '.join(found[:4])}{' ...' if len(found) > 4 else ''} (attributes of objects "
-            "from outside the function). A compiled function does not update such attributes "
+            f"{', '.join(found[:4])}{' ...' if len(found) > 4 else ''} (attributes or items of "
+            "objects from outside the function). A compiled function does not update such attributes "
             "between calls: state kept there (optimizer moments, weights updated in place) "
             "starts from the same traced values at every call, so training stands still. "
             "Return the new state and assign it outside, as in JAX (values cached there for "

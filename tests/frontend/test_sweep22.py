@@ -216,7 +216,7 @@ def test_array_valued_axes_and_shapes():
 def test_constructors_imported_by_name_follow_traced_writes():
     import _from_numpy_imports as M
     x = np.array([0.3, 0.7])
-    for fn in (M.filled, M.complex_filled, M.joined):
+    for fn in (M.filled, M.complex_filled, M.joined, M.pooled):
         np.testing.assert_allclose(adjit.compile(fn)(x), fn(x), rtol=1e-13)
     assert M.zeros is np.zeros       # the module's names are NumPy's again after tracing
 
