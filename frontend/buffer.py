@@ -368,7 +368,10 @@ _ARG_METHODS = frozenset(("dot", "take", "choose", "clip", "max", "min", "sum", 
 def _taking_traced(b, name, attr):
     def method(*args, **kwargs):
         if _holds_traced((args, kwargs)):
-            # b's values join the trace as a constant; the method is then the Tracer's
+            # b's values join the trace as a constant; the method is then the Tracer's (b's
+            # own function for choose: b holds the indices)
+            if name == "choose":
+                return np.choose(np.ndarray.view(b, np.ndarray), *args, **kwargs)
             return getattr(_lifted(b), name)(*_resolve_tree(args), **_resolve_tree(kwargs))
         # a new array computed from b (b.mean(0)) is made here too, as _make_op's results
         return _made_here(attr(*args, **kwargs), (np.ndarray.view(b, np.ndarray),))

@@ -656,11 +656,16 @@ def key_positions(shape, key):
             isinstance(k, (int, np.integer)) or (isinstance(k, (np.ndarray, list)) and
                                                  np.asarray(k).dtype.kind in "iu")
             for k in key):
-        parts = np.broadcast_arrays(*[np.asarray(k, np.intp) for k in key])
-        for p, d in zip(parts, shape):
+        arrays = [np.asarray(k, np.intp) for k in key]
+        try:
+            parts = np.broadcast_arrays(*arrays)
+        except ValueError:
+            raise IndexError("shape mismatch: indexing arrays could not be broadcast together "
+                             f"with shapes {' '.join(str(a.shape) for a in arrays)}") from None
+        for axis, (p, d) in enumerate(zip(parts, shape)):
             if p.size and (p.max() >= d or p.min() < -d):
                 raise IndexError(f"index {int(p.max() if p.max() >= d else p.min())} is out "
-                                 f"of bounds for axis with size {d}")
+                                 f"of bounds for axis {axis} with size {d}")
         return np.ravel_multi_index(tuple(p % d if d else p for p, d in zip(parts, shape)),
                                     shape)
     return flat_positions(shape)[key]
@@ -945,7 +950,8 @@ def index_target(x, key, v, grid=None):
     try:
         pos = np.asarray(key_positions(x.shape, key) if grid is None else grid[key])
     except IndexError as e:
-        raise ShapeError(f"{e} (array of shape {np.shape(grid)}){_at(user_where())}") from None
+        shown = np.shape(grid) if grid is not None else tuple(x.shape)
+        raise ShapeError(f"{e} (array of shape {shown}){_at(user_where())}") from None
     return pos, _value_for(v, pos.shape, x)
 
 

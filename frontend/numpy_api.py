@@ -1205,11 +1205,12 @@ def _ufunc_at(ufunc, a, indices, b=None):
     if flat.size == 0:
         return
     distinct, inverse = np.unique(flat, return_inverse=True)
-    if 4 * distinct.size > a.size:
+    if 4 * distinct.size > a.size or distinct.size > 4096:
         summed = F.scatter_add(val, [flat], (("a", 0),), (a.size,))
         _store(a, F.add(a, F.reshape(summed, a.shape)), f"np.{ufunc.__name__}.at")
         return
-    # a few positions of a large array (an element's entries in an assembly loop): repeats
+    # a few positions of a large array (an element's entries in an assembly loop; one
+    # vectorized call with many entries is one scatter_add above): repeats
     # summed first, then those positions read, added to and written like a[key] += v, so a
     # loop of calls writes O(entries) each rather than a full-size array per call
     if distinct.size != flat.size or not np.array_equal(distinct, flat):

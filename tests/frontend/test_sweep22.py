@@ -401,3 +401,22 @@ def test_state_left_in_outside_attributes_warns():
         warnings.simplefilter("error")
         adjit.grad(net.loss)(net.W, np.ones(3))
         adjit.grad(lambda p: np.sum(p["a"] ** 2))({"a": np.ones(2)})
+
+
+def test_large_array_keys_fail_as_numpy_and_choose_of_a_made_array():
+    def bad(x):
+        K = np.zeros((1100, 1000))
+        K[0, 0] = x[0]
+        return K[[1, 2, 3], [1, 2]]
+    with pytest.raises(adjit.ShapeError, match="broadcast"):
+        adjit.compile(bad)(np.ones(2))
+
+    def out_of_bounds(x):
+        A = np.zeros((5, 5))
+        A[[1, 5]] = x[0]
+        return A
+    with pytest.raises(adjit.ShapeError, match=r"shape \(5, 5\)"):
+        adjit.compile(out_of_bounds)(np.ones(2))
+    x = np.arange(8.0)
+    f = lambda x: np.array([0, 1, 1, 0]).choose([x[:4], x[4:]])
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
