@@ -223,15 +223,16 @@ def jax_mirrors(jax):
 
     def j_thomas(b, a, c, d):
         n = d.shape[0]
-        cp, dp = [c[0] / b[0]], [d[0] / b[0]]
+        cp = jnp.zeros(n).at[0].set(c[0] / b[0])
+        dp = jnp.zeros(n).at[0].set(d[0] / b[0])
         for i in range(1, n):
-            m = b[i] - a[i] * cp[-1]
-            cp.append(c[i] / m)
-            dp.append((d[i] - a[i] * dp[-1]) / m)
-        x = [dp[-1]]
+            m = b[i] - a[i] * cp[i - 1]
+            cp = cp.at[i].set(c[i] / m)
+            dp = dp.at[i].set((d[i] - a[i] * dp[i - 1]) / m)
+        x = jnp.zeros(n).at[-1].set(dp[-1])
         for i in range(n - 2, -1, -1):
-            x.append(dp[i] - cp[i] * x[-1])
-        return jnp.sum(jnp.stack(x) ** 2)
+            x = x.at[i].set(dp[i] - cp[i] * x[i + 1])
+        return jnp.sum(x ** 2)
 
     def j_assembly(E, f):
         n = E.shape[0] + 1

@@ -57,10 +57,10 @@ def _flatten(t, path, leaves, paths):
         return ("none",)
     if getattr(type(t), "_adjit_complex", False) or (
             isinstance(t, (complex, np.ndarray, np.generic)) and np.iscomplexobj(t)) or (
-            hasattr(t, "__cuda_array_interface__") and np.dtype(t.dtype).kind == "c"):
+            hasattr(type(t), "__cuda_array_interface__") and np.dtype(t.dtype).kind == "c"):
         # a complex array (traced ones: frontend/complex.py) is its real and imaginary parts,
         # two float leaves, rebuilt as one complex array
-        if hasattr(t, "__cuda_array_interface__"):
+        if hasattr(type(t), "__cuda_array_interface__"):
             t = _Parts(t.real.copy(), t.imag.copy())   # a complex CuPy array: its parts, on the GPU
         elif not getattr(type(t), "_adjit_complex", False):
             t = _Parts(np.real(t), np.imag(t))
