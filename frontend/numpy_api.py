@@ -743,6 +743,28 @@ FUNCTIONS.update({
 FUNCTIONS[np.empty_like] = FUNCTIONS[np.zeros_like]
 
 
+def _isin(element, test_elements, assume_unique=False, invert=False, *, kind=None):
+    """np.isin with traced values (a mask, no gradient): against constant test elements by a
+    binary search of their sorted distinct values (O(n log m)), against traced ones by
+    comparing every pair. NaN is in nothing, as in NumPy."""
+    x = B.resolve(element)
+    t = B.resolve(test_elements)
+    if isinstance(t, Tracer) or (isinstance(t, (list, tuple)) and _holds_tracer(t)):
+        tt = np.reshape(np.array(t), (-1,))
+        hit = np.any(np.equal(np.expand_dims(x, -1), tt), axis=-1)
+    else:
+        table = np.unique(_originals.get("asarray", np.asarray)(t).ravel())
+        if table.size == 0:
+            hit = np.zeros(np.shape(x), bool)
+        else:
+            at = np.minimum(np.searchsorted(table, x), table.size - 1)
+            hit = np.equal(F.lift(table, table.dtype, at.ctx)[at], x)
+    return np.logical_not(hit) if invert else hit
+
+
+FUNCTIONS[np.isin] = _isin
+
+
 def _indices_from(name, make):
     def fn(arr, *args, **kwargs):
         shape = F._shape_of(arr)

@@ -420,3 +420,16 @@ def test_large_array_keys_fail_as_numpy_and_choose_of_a_made_array():
     x = np.arange(8.0)
     f = lambda x: np.array([0, 1, 1, 0]).choose([x[:4], x[4:]])
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+
+
+def test_isin_of_traced_values():
+    x = np.array([0.0, 1.0, 2.5, np.nan, -1.0, 1.0])
+    for f in (lambda x: np.isin(x, [0.0, 1.0]), lambda x: np.isin(x, [2.5, np.nan], invert=True),
+              lambda x: np.isin(x.reshape(2, 3), np.array([[1.0], [-1.0]])),
+              lambda x: np.isin(x, x[:2]), lambda x: np.isin(x, []),
+              lambda x: np.isin(x, [x[4], 7.0])):
+        got, want = adjit.compile(f)(x), f(x)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    g = adjit.grad(lambda x: np.sum(np.where(np.isin(x, [1.0]), x * 2, x)))
+    np.testing.assert_array_equal(g(np.array([1.0, 2.0])), [2.0, 1.0])
