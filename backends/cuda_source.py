@@ -130,16 +130,6 @@ __host__ __device__ __forceinline__ double _rt_f64_bits(unsigned long long b) {
 }""",
 }
 
-# The identity of each reduction op, as a function of the accumulator dtype. Reductions are the
-# one place the registry has no field for this, so the table lives next to its only reader.
-REDUCE_IDENTITY = {
-    "sum": lambda dt: c_literal(0, dt),
-    "max": lambda dt: c_literal(-np.inf, dt) if dt.kind == "f" else c_literal(
-        np.iinfo(dt).min if dt.kind in "iu" else False, dt),
-    "min": lambda dt: c_literal(np.inf, dt) if dt.kind == "f" else c_literal(
-        np.iinfo(dt).max if dt.kind in "iu" else True, dt),
-}
-
 
 class KernelSourceError(ValueError):
     """A kernel could not be written: an op without a C spelling, or an unsupported dtype."""
@@ -328,7 +318,7 @@ def kernel_def(prog: ScalarProgram) -> KernelDef:
     (o,) = prog.outputs
     value = names[o] if prog.instrs[o].dtype == acc else f"(({ctype(acc)}){names[o]})"
     reduce_expr = OPS[red["op"]].cuda.format("a", "b")
-    identity = REDUCE_IDENTITY[red["op"]](acc)
+    identity = c_literal(OPS[red["op"]].reduce_init(acc), acc)   # the registry's identity
     func = ""
     if lines:
         # the fused prologue becomes a function of the inputs, since map_expr is one expression
