@@ -683,8 +683,7 @@ FUNCTIONS = {
     np.linalg.norm: _norm, np.zeros_like: F.zeros_like, np.ones_like: F.ones_like,
     np.empty_like: F.zeros_like, np.full_like: F.full_like, np.average: _average,
     np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size,
-    np.result_type: lambda *xs: F.result_dtype(*[  # dtypes as such: np.float32 is a dtype
-        np.dtype(x) if isinstance(x, (type, np.dtype, str)) else x for x in xs]),
+    np.result_type: lambda *xs: F.result_dtype(*xs),
     np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: _cumsum,
     np.cumprod: _cumprod, np.prod: _prod, np.sort: C.sort, np.argsort: F.argsort,
     np.median: C.median, np.ptp: C.ptp, np.roll: N.roll, np.pad: C.pad, np.take: C.take,
@@ -2365,7 +2364,6 @@ def constructors_accept_tracers():
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for key in ("stdlib", "platstdlib",
                                                                        "purelib", "platlib")
                               for p in [sysconfig.get_paths().get(key)] if p}))
-_user_files = {}
 _module_kinds = {}     # name -> (the module, whether it is the user's)
 
 
@@ -2381,13 +2379,9 @@ def _is_user_module(mod) -> bool:
         return False
     if not isinstance(f, str):
         return name == "__main__"
-    known = _user_files.get(f)
-    if known is None:
-        real = os.path.realpath(f)
-        known = _user_files[f] = not (
-            real.startswith(_LIBRARY_DIRS) or any(part in real for part in ("site-packages", "dist-packages"))
-            or name.split(".")[0] in ("adjit", "numpy", "scipy"))
-    return known
+    real = os.path.realpath(f)
+    return not (real.startswith(_LIBRARY_DIRS) or "site-packages" in real or
+                "dist-packages" in real or name.split(".")[0] in ("adjit", "numpy", "scipy"))
 
 
 def _patch_user_globals():
