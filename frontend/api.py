@@ -172,6 +172,10 @@ class Compiled:
             tail = (kwargs.pop(self._tail_keyword),)
             if not kwargs:
                 return self, tuple(args) + tail
+        elif self._tail_keyword is not None and args:
+            # h(x, v, scale=3.0): the last positional argument is the tail (v), not the
+            # parameter after x that the keywords would otherwise fill
+            args, tail = tuple(args[:-1]), (args[-1],)
         kw_only = _keyword_only(self.fn, kwargs)
         owner = self
         if kw_only:
@@ -181,14 +185,22 @@ class Compiled:
                 return owner, tuple(args) + tail
         skipped = []
         args = bind_keywords(owner.fn, owner.__name__, args, kwargs, skipped)
-        return owner._with_defaults(skipped), tuple(args) + tail
+        return owner._with_defaults(skipped, len(args)), tuple(args) + tail
 
-    def _with_defaults(self, skipped):
+    # the positions a transformation differentiates (argnums), which stay traced
+    _argnums = None
+
+    def _with_defaults(self, skipped, nargs):
         """This transformation with the parameters a keyword call skipped (filled with their
         defaults) static: f(W, X, rate=0.5) leaves training=True a Python value, as a call
-        without keywords does (not a traced argument that `if training:` cannot read)."""
+        without keywords does (not a traced argument that `if training:` cannot read).
+        A skipped parameter that argnums differentiates stays traced (at its default)."""
+        nums = self._argnums
+        nums = set() if nums is None else {
+            a % nargs if isinstance(a, int) and -nargs <= a < nargs else a
+            for a in (nums if isinstance(nums, (tuple, list)) else (nums,))}
         extra = tuple(sorted(p for p, v in skipped if p not in self.static_argnums and
-                             _hashable(v)))
+                             p not in nums and _hashable(v)))
         if not extra or self._rebuild is None:
             return self
         cache = self.__dict__.setdefault("_default_cache", {})
@@ -551,6 +563,7 @@ def _transformation(public, fn, argnums, static_argnums, compile_options, make, 
     static = _static(static_argnums, fn)
     key = dict(compile_options, argnums=argnums, static=static, **flags)
     c = _cached(public.__name__, fn, lambda: make(static), key)
+    c._argnums = argnums
     c._rebuild = lambda f, static=None: public(
         f, argnums, static_argnums=static_argnums if static is None else static, **flags,
         **compile_options)

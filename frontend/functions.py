@@ -881,6 +881,8 @@ def _static_masks(key, shape):
     masks = [mask(k) for k in key]
     if all(m is None for m in masks):
         return key
+    if any(m is not None and m.ndim == 0 and m for m in masks):
+        key, masks = _drop_true(key, masks)
     spans = [0 if k is None or k is Ellipsis else m.ndim if m is not None else 1
              for k, m in zip(key, masks)]
     out, axis = [], 0
@@ -905,6 +907,30 @@ def _static_masks(key, shape):
             out.extend(np.nonzero(m))
         axis += m.ndim
     return tuple(out)
+
+
+def _drop_true(key, masks):
+    """Beside index arrays, a scalar True is an advanced index of shape (1,) that takes no
+    axis: it broadcasts away (x[True, [3, 0]] is x[[3, 0]]), so it is left out. It does count
+    when NumPy decides whether the advanced indices are side by side."""
+    def advanced(k, m):
+        return (m is not None and m.ndim > 0) or (m is None and (
+            isinstance(k, (list, np.ndarray)) or (isinstance(k, Tracer) and k.ndim > 0)))
+    if not any(advanced(k, m) for k, m in zip(key, masks)):
+        return key, masks       # alone, True adds an axis of length 1 (a new axis)
+    true = [m is not None and m.ndim == 0 and bool(m) for m in masks]
+
+    def side_by_side(items):
+        at = [i for i, (k, m, t) in enumerate(items) if t or advanced(k, m) or (
+            m is None and isinstance(k, (numbers.Integral, np.integer, Tracer)))]
+        return at[-1] - at[0] + 1 == len(at)
+    items = list(zip(key, masks, true))
+    kept = [it for it in items if not it[2]]
+    if side_by_side(items) != side_by_side(kept):
+        raise UnsupportedError(f"a scalar True apart from the other index arrays{_at(user_where())}"
+                               " moves NumPy's result axes to the front; leave the True out or "
+                               "use np.moveaxis on the result")
+    return tuple(k for k, _, _ in kept), [m for _, m, _ in kept]
 
 
 def _static_int(k):

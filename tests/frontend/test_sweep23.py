@@ -1,0 +1,52 @@
+"""Regressions from the twelfth session (sweep 23)."""
+import numpy as np
+import pytest
+
+import adjit
+
+
+def test_hvp_takes_v_last_when_other_arguments_come_by_keyword():
+    def f(x, scale=2.0):
+        return scale * np.sum(x ** 3)
+    h = adjit.hvp(f)
+    x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    np.testing.assert_allclose(h(x, v), [12.0, 0.0])
+    np.testing.assert_allclose(h(x, v, scale=3.0), [18.0, 0.0])
+    np.testing.assert_allclose(h(x, scale=3.0, v=v), [18.0, 0.0])
+
+
+def test_argnums_may_name_a_parameter_left_at_its_default_by_a_keyword_call():
+    def f(x, w=1.5, b=1.0):
+        return np.sum(x * w) * b
+    x = np.array([1.0, 2.0])
+    assert float(adjit.grad(f, argnums=1)(x, b=2.0)) == 6.0
+    gx, gw = adjit.grad(f, argnums=(0, -2))(x, b=2.0)
+    np.testing.assert_allclose(gx, [3.0, 3.0])
+    assert float(gw) == 6.0
+
+
+@pytest.mark.parametrize("key", [(True, [3, 0]), ([3, 0], True), (Ellipsis, True, [1]),
+                                 (True, slice(None))])
+def test_a_scalar_true_beside_index_arrays_broadcasts_away(key):
+    x = np.arange(5.0)
+    np.testing.assert_array_equal(adjit.compile(lambda a: a[key] * 2)(x), x[key] * 2)
+
+
+def test_a_scalar_true_beside_index_arrays_in_two_dimensions():
+    X = np.arange(12.0).reshape(3, 4)
+    for key in [(Ellipsis, True, [1, 2]), (True, 1, [1, 2]), ([0, 1], True, [1, 2]),
+                (True, np.array([[0], [1]]), [1, 2])]:
+        np.testing.assert_array_equal(adjit.compile(lambda a: a[key])(X), X[key])
+    with pytest.raises(adjit.UnsupportedError, match="True apart"):
+        adjit.compile(lambda a: a[True, :, [1, 2]])(X)
+
+
+def test_a_scalar_true_beside_index_arrays_in_a_write():
+    def f(x):
+        y = x.copy()
+        y[True, [3, 0]] = x[:2] * 2
+        y[[1], True] += 1
+        return y
+    x = np.arange(5.0)
+    np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
+    assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-7
