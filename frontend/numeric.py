@@ -1191,6 +1191,66 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     return hist, edges
 
 
+def _refuse_traced_samples(name, *data):
+    if any(isinstance(B.resolve(d), Tracer) for d in data):
+        raise UnsupportedError(
+            f"{name} of traced data{_at(user_where())}: which bin a sample falls in is not "
+            "differentiable. Pass the samples as constants (traced weights are fine), or write "
+            "a soft histogram (e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
+
+
+def _binned(sample, edges, weights, density):
+    """The traced weights summed per bin of the constant (N, D) sample, as NumPy's
+    histogramdd: searchsorted per axis, a sample on the last edge in the last bin, samples
+    outside (and NaN) left out."""
+    sample = np.asarray(sample, dtype=float)
+    nbin = tuple(len(e) + 1 for e in edges)
+    count = [np.searchsorted(e, sample[:, i], side="right") for i, e in enumerate(edges)]
+    for i, e in enumerate(edges):
+        count[i][sample[:, i] == e[-1]] -= 1
+    flat = np.ravel_multi_index(count, nbin)
+    inside = np.all([(c > 0) & (c < n - 1) for c, n in zip(count, nbin)], axis=0)
+    shape = tuple(n - 2 for n in nbin)
+    idx = np.ravel_multi_index([c[inside] - 1 for c in count], shape) if shape else flat[inside]
+    w = B.resolve(weights)
+    if tuple(_shape_of(w)) != (sample.shape[0],):
+        raise ValueError(f"weights of shape {tuple(_shape_of(w))} for {sample.shape[0]} "
+                         f"samples{_at(user_where())}: one weight per sample")
+    # np.bincount sums the weights in float64, whatever their dtype
+    wv = F.cast(F.getitem(w, np.nonzero(inside)[0]), np.float64)
+    hist = F.scatter_add(wv, [idx.astype(np.intp)], (("a", 0),), (math.prod(shape),))
+    hist = F.reshape(hist, shape)
+    if density:
+        total = F.sum(hist)
+        for i, e in enumerate(edges):
+            size = [1] * len(shape)
+            size[i] = len(e) - 1
+            hist = F.div(hist, np.diff(e).reshape(size))
+        hist = F.div(hist, total)
+    return hist
+
+
+def histogramdd(sample, bins=10, range=None, density=None, weights=None):
+    """np.histogramdd of a constant sample with traced weights (NumPy's edges)."""
+    _refuse_traced_samples("np.histogramdd", sample, bins)
+    _, edges = np.histogramdd(sample, bins, range)
+    if weights is None:
+        return np.histogramdd(sample, edges, density=density)
+    s = np.asarray(sample)
+    s = np.atleast_2d(s).T if s.ndim == 1 or isinstance(sample, (list, tuple)) else s
+    return _binned(s, edges, weights, density), edges
+
+
+def histogram2d(x, y, bins=10, range=None, density=None, weights=None):
+    """np.histogram2d of constant x, y with traced weights: (H, xedges, yedges)."""
+    _refuse_traced_samples("np.histogram2d", x, y, bins)
+    _, xe, ye = np.histogram2d(x, y, bins, range)
+    if weights is None:
+        return np.histogram2d(x, y, [xe, ye], density=density)
+    s = np.stack([np.ravel(np.asarray(x)), np.ravel(np.asarray(y))], axis=1)
+    return _binned(s, [xe, ye], weights, density), xe, ye
+
+
 def tensorsolve(a, b, axes=None):
     """np.linalg.tensorsolve: a reshaped to a square matrix, then solve."""
     from .linalg import solve

@@ -50,3 +50,45 @@ def test_a_scalar_true_beside_index_arrays_in_a_write():
     x = np.arange(5.0)
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
     assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-7
+
+
+def _numgrad(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+_RNG = np.random.default_rng(1)
+_XS, _YS, _W = _RNG.normal(size=50), _RNG.normal(size=50), _RNG.random(50)
+_YS[7] = 10.0
+_XN = _XS.copy()
+_XN[3] = np.nan
+
+
+@pytest.mark.parametrize("f", [
+    lambda w: np.histogram2d(_XS, _YS, bins=4, weights=w)[0] ** 2,
+    lambda w: np.histogram2d(_XN, _YS, bins=(3, 5), range=[[-1, 1], [-2, 2]], weights=w,
+                             density=True)[0],
+    lambda w: np.histogram2d(_XS, _YS, bins=[np.array([-2.0, 0.0, 0.5, 2.0]), 3],
+                             weights=w * 2)[0],
+    lambda w: np.histogramdd(np.stack([_XS, _YS, _XS * _YS], 1), bins=3, weights=w)[0] ** 2,
+    lambda w: np.histogramdd([_XS, _YS], bins=(2, 3), weights=w, density=True)[0],
+    lambda w: np.histogramdd(_YS, bins=5, weights=w ** 2)[0],
+], ids=["2d", "2d-range-density-nan", "2d-edges", "dd", "dd-list-density", "dd-1d"])
+def test_histogram2d_and_histogramdd_of_constant_samples_with_traced_weights(f):
+    np.testing.assert_allclose(adjit.compile(f)(_W), f(_W), rtol=1e-12)
+
+    def loss(w):
+        h = f(w)
+        return np.sum(h * np.arange(h.size).reshape(h.shape))
+    np.testing.assert_allclose(adjit.grad(loss)(_W), _numgrad(loss, _W), atol=1e-6)
+
+
+def test_histogram2d_of_traced_samples_is_refused_naming_the_line():
+    with pytest.raises(adjit.UnsupportedError, match="histogram2d of traced data.*test_sweep23"):
+        adjit.compile(lambda w: np.histogram2d(w, _YS)[0])(_W)
+    assert adjit.compile(lambda w: np.histogram2d(_XS, _YS, weights=np.arange(50) > 9)[0])(
+        _W).dtype == np.float64
