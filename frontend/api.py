@@ -63,15 +63,7 @@ def _static_key(v):
 
 
 def _typed(v):
-    """v with the type of every item beside it: 1, 1.0 and True are equal (and hash alike) but
-    trace different programs, also inside tuples; a dict or list of such values (a layer's
-    {'stride': 1, 'pad': 1}) is keyed by its items, so it may be static too."""
-    if isinstance(v, (tuple, list)):
-        return (type(v), tuple(_typed(x) for x in v))
-    if isinstance(v, dict):
-        return (dict, tuple(sorted(((repr(k), _typed(x)) for k, x in v.items()),
-                                   key=lambda kv: kv[0])))
-    return (type(v), v)
+    return pytree.typed_key(v)
 
 
 def pick_backend(name):
@@ -561,11 +553,15 @@ def _transformation(public, fn, argnums, static_argnums, compile_options, make, 
     """One Compiled per (transformation, function, options), made by make(static); keyword-
     only arguments rebuild the transformation through `public` on a functools.partial."""
     static = _static(static_argnums, fn)
+    if isinstance(fn, Compiled) and fn.static_argnums:
+        # grad(compile(f, static_argnums=1)): the compiled function's static arguments stay
+        # static (as jax.grad(jax.jit(f, static_argnums=1)))
+        static = tuple(sorted(set(static) | set(fn.static_argnums)))
     key = dict(compile_options, argnums=argnums, static=static, **flags)
     c = _cached(public.__name__, fn, lambda: make(static), key)
     c._argnums = argnums
-    c._rebuild = lambda f, static=None: public(
-        f, argnums, static_argnums=static_argnums if static is None else static, **flags,
+    c._rebuild = lambda f, new=None: public(
+        f, argnums, static_argnums=static if new is None else new, **flags,
         **compile_options)
     return c
 

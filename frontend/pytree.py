@@ -49,7 +49,8 @@ def _flatten(t, path, leaves, paths):
         fields = dataclasses.fields(t)
         names = tuple(f.name for f in fields)
         return ("dataclass", (type(t), names), tuple(
-            ("static", getattr(t, f.name), ()) if isinstance(getattr(t, f.name), _STATIC) or
+            ("static", Static(getattr(t, f.name), f"{path}.{f.name}"), ())
+            if isinstance(getattr(t, f.name), _STATIC) or
             f.metadata.get("static") or f.metadata.get("pytree_node") is False
             else _flatten(getattr(t, f.name), f"{path}.{f.name}", leaves, paths)
             for f in fields))
@@ -69,6 +70,48 @@ def _flatten(t, path, leaves, paths):
     leaves.append(t)
     paths.append(path)
     return LEAF
+
+
+def typed_key(v):
+    """v with the type of every item beside it: 1, 1.0 and True are equal (and hash alike)
+    but trace different programs, and so do 0.0 and -0.0 (1 / s), also inside tuples; a dict
+    or list of such values (a layer's {'stride': 1, 'pad': 1}) is keyed by its items in
+    their order (a loop over a dict's items runs in that order), so it may be static too."""
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(typed_key(x) for x in v))
+    if isinstance(v, dict):
+        return (type(v), tuple((typed_key(k), typed_key(x)) for k, x in v.items()))
+    if isinstance(v, (float, np.floating)) and not isinstance(v, np.longdouble):
+        return (type(v), float(v).hex())    # -0.0 apart from 0.0; a NaN equals itself
+    if isinstance(v, (complex, np.complexfloating)) and not isinstance(v, np.clongdouble):
+        return (type(v), complex(v).real.hex(), complex(v).imag.hex())
+    return (type(v), v)
+
+
+class Static:
+    """A dataclass field held as configuration in a treedef: equal and hashed by its typed
+    key, so a field of 2 and one of 2.0 make two programs and a list may be held."""
+    __slots__ = ("value", "key")
+
+    def __init__(self, value, path="x"):
+        self.value, self.key = value, typed_key(value)
+        try:
+            hash(self.key)
+        except TypeError:
+            raise TypeError(f"the static field {path} holds {type(value).__name__} {value!r}, "
+                            "which is not hashable: adjit keys compiled programs by the values "
+                            "of static fields (numbers, strings, tuples, lists and dicts of "
+                            "them); make the field an array leaf (drop its static metadata) or "
+                            "hold a hashable value") from None
+
+    def __eq__(self, other):
+        return isinstance(other, Static) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __repr__(self):
+        return repr(self.value)
 
 
 class _Parts:
@@ -97,7 +140,7 @@ def _unflatten(td, it):
     if kind == "none":
         return None
     if kind == "static":
-        return td[1]
+        return td[1].value
     if kind == "complex":
         re, im = _unflatten(td[2][0], it), _unflatten(td[2][1], it)
         from .tracer import Tracer

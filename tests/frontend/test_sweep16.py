@@ -374,7 +374,8 @@ def test_a_dict_of_numbers_may_be_static_configuration():
     x, w = np.arange(6.0), np.ones(3)
     for p in ({"stride": 1, "pad": 1}, {"stride": 2, "pad": 1}, {"pad": 1, "stride": 2}):
         np.testing.assert_array_equal(f(x, w, p), conv1d(x, w, p))
-    assert len(f._cache) == 2
+    # keyed by the items in their order: a loop over the dict runs in that order (sweep 23)
+    assert len(f._cache) == 3
     with pytest.raises(TypeError, match="must be hashable"):
         f(x, w, {"stride": 1, "pad": np.ones(2)})
 

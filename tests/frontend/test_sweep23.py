@@ -92,3 +92,56 @@ def test_histogram2d_of_traced_samples_is_refused_naming_the_line():
         adjit.compile(lambda w: np.histogram2d(w, _YS)[0])(_W)
     assert adjit.compile(lambda w: np.histogram2d(_XS, _YS, weights=np.arange(50) > 9)[0])(
         _W).dtype == np.float64
+
+
+def test_static_arguments_keep_the_sign_of_zero_and_the_order_of_dicts():
+    c = adjit.compile(lambda a, s: a / s, static_argnums=1, backend="numpy")
+    np.testing.assert_array_equal(c(np.ones(2), 0.0), [np.inf, np.inf])
+    np.testing.assert_array_equal(c(np.ones(2), -0.0), [-np.inf, -np.inf])
+
+    def f(x, cfg):
+        for name, scale in cfg.items():
+            x = getattr(np, name)(x) * scale
+        return x
+    c = adjit.compile(f, static_argnums=1, backend="numpy")
+    x = np.array([0.5, 1.0])
+    for cfg in ({"sin": 1.0, "exp": 1.0}, {"exp": 1.0, "sin": 1.0}):
+        np.testing.assert_allclose(c(x, cfg), f(x, cfg), rtol=1e-15)
+
+
+def test_static_dataclass_fields_are_keyed_by_type_and_may_hold_lists():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Layer:
+        x: np.ndarray
+        k: float = dataclasses.field(default=1.0, metadata={"static": True})
+        sizes: list = dataclasses.field(default_factory=lambda: [4, 8, 2],
+                                        metadata={"static": True})
+    c = adjit.compile(lambda L: L.x * L.k * len(L.sizes), backend="numpy")
+    x = np.array([100], dtype=np.int8)
+    assert c(Layer(x, 2)).dtype == np.int8
+    np.testing.assert_array_equal(c(Layer(x, 2.0)), [600.0])
+    s = adjit.compile(lambda L: L.x / L.k, backend="numpy")
+    np.testing.assert_array_equal(s(Layer(np.ones(1), -0.0)), [-np.inf])
+    g = adjit.grad(lambda L: np.sum(L.x ** 2) * len(L.sizes))(Layer(np.ones(2)))
+    np.testing.assert_array_equal(g.x, [6.0, 6.0])
+    assert g.sizes == [4, 8, 2]
+
+    @dataclasses.dataclass
+    class Bad:
+        x: np.ndarray
+        table: np.ndarray = dataclasses.field(default=None, metadata={"static": True})
+    with pytest.raises(TypeError, match=r"static field x\.table holds ndarray"):
+        adjit.compile(lambda b: b.x * 2)(Bad(np.ones(2), np.ones(2)))
+
+
+def test_grad_of_a_compiled_function_keeps_its_static_arguments():
+    import functools
+
+    @functools.partial(adjit.compile, static_argnums=1)
+    def loss(x, kind):
+        return np.sum(np.tanh(x)) if kind == "tanh" else np.sum(np.sin(x))
+    x = np.array([0.1, 0.2])
+    np.testing.assert_allclose(adjit.grad(loss)(x, "sin"), np.cos(x), rtol=1e-14)
+    np.testing.assert_allclose(adjit.grad(loss)(x, "tanh"), 1 - np.tanh(x) ** 2, rtol=1e-14)
