@@ -113,13 +113,15 @@ class Compiled:
         configuration (numbers, strings), one program per value, as static_argnums."""
         try:
             # by type and value, as static_argnums: 1, 1.0 and True are equal but trace apart
-            key = tuple(sorted((k, _typed(v)) for k, v in kw_only.items()))
+            # in the order given: f(x, **steps) may loop over steps.items()
+            key = tuple((k, _typed(v)) for k, v in kw_only.items())
             hash(key)
         except TypeError:
             key = None
         if key is None or self._rebuild is None or any(
                 isinstance(v, (np.ndarray, Tracer)) for v in kw_only.values()):
-            names = ", ".join(sorted(kw_only))
+            bad = [k for k, v in kw_only.items() if not _hashable(v)]
+            names = ", ".join(bad or kw_only)
             raise TypeError(
                 f"{self.__name__}() got keyword-only argument(s) {names} holding arrays (or "
                 "unhashable values); adjit binds keyword-only arguments as static "
@@ -139,6 +141,10 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if kwargs:
             owner, args = self._keywords(args, kwargs)
+            if owner is not self:
+                return owner(*args)
+        if any(type(a) is str for a in args):
+            owner = self._with_strings(args)
             if owner is not self:
                 return owner(*args)
         key, leaves = self._flatten(args)
@@ -178,6 +184,13 @@ class Compiled:
         skipped = []
         args = bind_keywords(owner.fn, owner.__name__, args, kwargs, skipped)
         return owner._with_defaults(skipped, len(args)), tuple(args) + tail
+
+    def _with_strings(self, args):
+        """A string argument (an activation's name, a mode) cannot be traced: it is static
+        configuration wherever it is passed, as if named in static_argnums (one program per
+        value), unless argnums differentiates it (refused there)."""
+        return self._with_defaults([(i, a) for i, a in enumerate(args) if type(a) is str],
+                                   len(args))
 
     # the positions a transformation differentiates (argnums), which stay traced
     _argnums = None
@@ -279,6 +292,15 @@ def bind_keywords(fn, name, args, kwargs, skipped=None):
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     index = {p.name: i for i, p in enumerate(positional) if p.kind != p.POSITIONAL_ONLY}
     for k in kwargs:
+        if k not in index and not any(p.name == k for p in params):
+            import difflib
+            close = difflib.get_close_matches(k, [p.name for p in params], 1)
+            raise TypeError(f"{name}() got an unexpected keyword argument {k!r}"
+                            + (f"; did you mean {close[0]!r}?" if close else ""))
+        if k not in index and any(p.name == k and p.kind == p.POSITIONAL_ONLY
+                                  for p in params):
+            raise TypeError(f"{name}() got {k!r} by keyword, but it is a positional-only "
+                            f"parameter of {_fn_name(fn)}: pass it by position")
         if k not in index:
             raise TypeError(
                 f"{name}() got keyword argument {k!r}, which is not a positional parameter of "
@@ -381,12 +403,16 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
         return lambda f: compile(f, backend=backend, fuse=fuse, checkpoint=checkpoint,
                                  memory_budget=memory_budget, static_argnums=static_argnums,
                                  **backend_options)
+    static = _static(static_argnums, fn)
+    if isinstance(fn, Compiled) and fn.static_argnums:
+        # compile(grad(f, static_argnums=1)): the inner function's static arguments stay so
+        static = tuple(sorted(set(static) | set(fn.static_argnums)))
     opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
-                static_argnums=_static(static_argnums, fn), **backend_options)
+                static_argnums=static, **backend_options)
     c = _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
-    c._rebuild = lambda f, static=None: compile(
+    c._rebuild = lambda f, new=None: compile(
         f, backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
-        static_argnums=static_argnums if static is None else static, **backend_options)
+        static_argnums=static if new is None else new, **backend_options)
     return c
 
 
@@ -991,19 +1017,25 @@ def _make_hvp(fn, argnums, static, compile_options):
 
 
 def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
-              backend="numpy"):
+              backend="numpy", **kwargs):
     """Largest relative error |g - n| / max(|g|, |n|, 1e-8) between adjit's gradient on
     `backend` and central differences of the NumPy backend's program, in float64 (the seeds'
     formula); CuPy arguments are copied to the host first. It checks the derivative of what
     adjit computes: compare the value with fn run eagerly to check the forward too. With has_aux, fn returns (loss,
     aux) as for grad. Central differences carry a noise of about |f| 1e-16 / eps: an entry
     of the gradient far smaller than that (a weight that barely moves the loss) reads as a
-    large relative error although it is right; compare such gradients another way.
+    large relative error although it is right; compare such gradients another way. A
+    function that computes in float32 whatever its arguments (x.astype(np.float32)) is
+    differenced with eps = 1e-3 when eps is left at its default (1e-6 would measure float32
+    rounding). Other keyword arguments are passed to fn.
 
     >>> import numpy as np, adjit
     >>> adjit.gradcheck(lambda x: np.sum(np.sin(x)), np.array([0.3, 1.2])) < 1e-8
     True
     """
+    if kwargs:
+        fn = functools.partial(fn, **kwargs)
+    default_eps = eps == 1e-6
     def f64(x):
         a = _host(x)
         return a.astype(np.float64) if a.dtype.kind == "f" else a
@@ -1016,6 +1048,11 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
     if has_aux:
         gs = gs[0]
     f = compile(fn, backend="numpy", static_argnums=static)
+    if default_eps:
+        out = pytree.flatten(f(*args))[0]
+        kind = np.asarray(out[0]).dtype if out else np.dtype(np.float64)
+        if kind.kind == "f" and kind.itemsize < 8:
+            eps = 1e-3 if kind.itemsize == 4 else 3e-2
     worst = 0.0
     for a, ga in zip(nums, gs):
         leaves, tree, _ = pytree.flatten(args[a])

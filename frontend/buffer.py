@@ -31,6 +31,11 @@ from ..ir.errors import UnsupportedError
 from .tracer import Tracer, _at, current, user_where, _INTERNAL
 
 
+# what NumPy makes from plain arrays: ndarray, and numpy_api.Table (a module's array seen
+# while tracing), which numpy_api adds here
+PLAIN_TYPES = (np.ndarray,)
+
+
 class Buffer(np.ndarray):
     """A float array created in a traced function; see the module docstring."""
 
@@ -298,7 +303,7 @@ class Buffer(np.ndarray):
         from .numpy_api import _VIEWS
         if func in _VIEWS:  # np.transpose(b): a Buffer view, so later writes reach it
             r = super().__array_function__(func, types, args, kwargs)
-            if type(r) is np.ndarray and not any(
+            if type(r) in PLAIN_TYPES and not any(
                     np.may_share_memory(r, np.ndarray.view(x, np.ndarray))
                     for x in _leaves((args, kwargs)) if isinstance(x, np.ndarray)):
                 return _made_here(r, _plain_tree(args))   # np.diag of a vector: a new array
@@ -435,7 +440,7 @@ def _made_here(r, inputs):
     from P = np.eye(2)) is made there too: a Buffer, which may receive traced values later.
     Results that share memory with an input (views) and those NumPy's own code asks for stay
     plain."""
-    if (type(r) is not np.ndarray or r.dtype.kind not in "biufc" or current() is None
+    if (type(r) not in PLAIN_TYPES or r.dtype.kind not in "biufc" or current() is None
             or not _user_asked()):
         return r
     arrays = [x for x in _leaves(inputs) if isinstance(x, np.ndarray)]
@@ -743,10 +748,10 @@ def making_buffers(orig):
         r = orig(*args, **kwargs)
         if current() is None or not _from_user():
             return r
-        if type(r) is np.ndarray and r.dtype.kind in "biufc":
+        if type(r) in PLAIN_TYPES and r.dtype.kind in "biufc":
             return Buffer(r)
         if isinstance(r, (list, tuple)) and all(
-                type(a) is np.ndarray and a.dtype.kind in "biufc" for a in r):
+                type(a) in PLAIN_TYPES and a.dtype.kind in "biufc" for a in r):
             # np.meshgrid's copies (a grid filled in a loop); its copy=False views stay plain
             return type(r)(Buffer(a) if a.flags.owndata else a for a in r)
         return r

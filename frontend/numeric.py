@@ -1166,6 +1166,9 @@ def angle(z, deg=False):
 def histogram(a, bins=10, range=None, density=None, weights=None):
     """np.histogram of constant data with traced weights: the weights summed per bin (NumPy's
     bins, the last one closed). Traced data would move samples between bins: refused."""
+    if isinstance(B.resolve(bins), Tracer) and not isinstance(B.resolve(a), Tracer):
+        raise UnsupportedError(f"np.histogram with traced bins{_at(user_where())}: the edges "
+                               f"must be constants{B.resolve(bins).argument_hint()}")
     if isinstance(B.resolve(a), Tracer) or isinstance(B.resolve(bins), Tracer):
         raise UnsupportedError(
             f"np.histogram of traced data{_at(user_where())}: which bin a sample falls in is "
@@ -1191,7 +1194,10 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     return hist, edges
 
 
-def _refuse_traced_samples(name, *data):
+def _refuse_traced_samples(name, *data, bins=None):
+    if isinstance(B.resolve(bins), Tracer):
+        raise UnsupportedError(f"{name} with traced bins{_at(user_where())}: the edges must be "
+                               f"constants{B.resolve(bins).argument_hint()}")
     if any(isinstance(B.resolve(d), Tracer) for d in data):
         raise UnsupportedError(
             f"{name} of traced data{_at(user_where())}: which bin a sample falls in is not "
@@ -1232,7 +1238,7 @@ def _binned(sample, edges, weights, density):
 
 def histogramdd(sample, bins=10, range=None, density=None, weights=None):
     """np.histogramdd of a constant sample with traced weights (NumPy's edges)."""
-    _refuse_traced_samples("np.histogramdd", sample, bins)
+    _refuse_traced_samples("np.histogramdd", sample, bins=bins)
     _, edges = np.histogramdd(sample, bins, range)
     if weights is None:
         return np.histogramdd(sample, edges, density=density)
@@ -1243,7 +1249,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
 
 def histogram2d(x, y, bins=10, range=None, density=None, weights=None):
     """np.histogram2d of constant x, y with traced weights: (H, xedges, yedges)."""
-    _refuse_traced_samples("np.histogram2d", x, y, bins)
+    _refuse_traced_samples("np.histogram2d", x, y, bins=bins)
     _, xe, ye = np.histogram2d(x, y, bins, range)
     if weights is None:
         return np.histogram2d(x, y, [xe, ye], density=density)

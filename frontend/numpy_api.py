@@ -665,6 +665,15 @@ def _append(arr, values, axis=None):
     return F.concatenate([arr, values], axis)
 
 
+def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """np.median; overwrite_input lets NumPy sort in place, the median is the same (out= is
+    stored by array_function)."""
+    if out is not None:
+        raise UnsupportedError(f"np.median with a positional out{_at(user_where())}: pass "
+                               "out=... by keyword, or assign the result")
+    return C.median(a, axis, keepdims)
+
+
 FUNCTIONS = {
     np.sum: _sum, np.mean: _mean, np.max: _max, np.amax: _max, np.min: _min,
     np.amin: _min, np.var: _var, np.std: _std, np.dot: _dot, np.matmul: F.matmul,
@@ -686,7 +695,9 @@ FUNCTIONS = {
     np.result_type: lambda *xs: F.result_dtype(*xs),
     np.abs: F.abs, np.round: F.round_, np.around: F.round_, np.cumsum: _cumsum,
     np.cumprod: _cumprod, np.prod: _prod, np.sort: C.sort, np.argsort: F.argsort,
-    np.median: C.median, np.ptp: C.ptp, np.roll: N.roll, np.pad: C.pad, np.take: C.take,
+    # overwrite_input lets NumPy sort in place: the median is the same (no input is changed
+    # in a traced program)
+    np.median: _median, np.ptp: C.ptp, np.roll: N.roll, np.pad: C.pad, np.take: C.take,
     np.diff: C.diff, np.tensordot: C.tensordot, np.kron: C.kron, np.triu: C.triu,
     np.tril: C.tril, np.linalg.matrix_power: C.matrix_power, np.convolve: C.convolve,
     np.correlate: C.correlate, np.nansum: C.nansum, np.nanmean: C.nanmean,
@@ -1617,6 +1628,11 @@ _SCIPY_SPECIAL = {
     "gamma": _in_float64(_gamma), "beta": _in_float64(_beta), "kl_div": _in_float64(_kl_div),
     "huber": _huber, "pseudo_huber": _pseudo_huber, "i0": N.i0, "i0e": _i0e,
     "ndtri": _in_float64(_ndtri), "erfinv": _in_float64(_erfinv),
+    # SciPy's spellings of NumPy's functions (its loops are float ones, as NumPy's)
+    "expm1": F.expm1, "log1p": F.log1p, "cbrt": F.cbrt, "exp2": F.exp2,
+    "exp10": lambda x: F.power(10.0, x),
+    # real loggamma: log Gamma(x) for x >= 0, NaN below (gammaln is log |Gamma(x)|)
+    "loggamma": lambda x: F.where(F.lt(x, 0), math.nan, F.gammaln(x)),
 }
 
 
@@ -2020,6 +2036,8 @@ def _accepting(orig):
             return out
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
+            if isinstance(obj, Table) and type(r) is np.ndarray and np.may_share_memory(r, obj):
+                return r.view(Table)    # np.asarray(table): still the module's array
             views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None
             if views is not None:
                 return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
@@ -2385,6 +2403,88 @@ def _is_user_module(mod) -> bool:
                 "dist-packages" in real or name.split(".")[0] in ("adjit", "numpy", "scipy"))
 
 
+class Table(np.ndarray):
+    """A NumPy array held by the user's module or the traced function's closure, as the
+    function sees it while being traced: a view of the same memory whose indexing takes
+    traced positions (class_weights[labels], table[np.searchsorted(edges, x)]) and whose NumPy
+    functions take traced arguments NumPy does not dispatch on (np.take(table, idx)). NumPy
+    asks no one when a plain array is indexed by a foreign object, so without the view these
+    need the table passed as an argument. Views of it (table[1:], table.T) are Tables too;
+    ufunc results are plain arrays. The names are restored when the trace ends."""
+
+    def __getitem__(self, key):
+        if _holds_tracer(key) or CX.holds(key) or (isinstance(key, tuple) and any(
+                CX.holds(k) for k in key)):
+            plain = np.ndarray.view(self, np.ndarray)
+            return F.lift(plain, plain.dtype)[key]
+        return np.ndarray.__getitem__(self, key)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if _holds_tracer(list(args) + list(kwargs.values())) or CX.involves(args):
+            return array_function(func, args, kwargs)
+        return super().__array_function__(func, types, args, kwargs)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        arr = arr.view(np.ndarray)
+        return arr[()] if return_scalar else arr
+
+    def __reduce__(self):           # pickles and deep-copies as the plain array
+        return np.ndarray.view(self, np.ndarray).__reduce__()
+
+    def copy(self, order="C"):
+        """A new array made in the traced function, which may receive traced values."""
+        r = np.ndarray.copy(np.ndarray.view(self, np.ndarray), order)
+        return B.Buffer(r) if current() is not None else r
+
+
+B.PLAIN_TYPES = (np.ndarray, Table)
+
+
+def _as_table(value):
+    """A Table view of a plain numeric array (None for anything else)."""
+    if type(value) is np.ndarray and value.dtype.kind in "biufc" and value.ndim:
+        return value.view(Table)
+    return None
+
+
+def closure_tables(fn):
+    """Swap the plain arrays in fn's closure cells (and in those of the functions it closes
+    over, one level) for Table views; returns a function restoring them."""
+    import inspect
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    done, seen = [], set()
+
+    def visit(f, depth):
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        f = getattr(f, "__func__", f)
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            t = _as_table(v)
+            if t is not None:
+                cell.cell_contents = t
+                done.append((cell, v, t))
+            elif depth < 1 and callable(v) and hasattr(v, "__closure__"):
+                visit(v, depth + 1)
+    try:
+        visit(fn, 0)
+    except Exception:  # noqa: BLE001 - a helper for user code: never fail a trace for it
+        pass
+
+    def restore():
+        for cell, v, t in done:
+            try:
+                if cell.cell_contents is t:
+                    cell.cell_contents = v
+            except ValueError:
+                pass
+    return restore
+
+
 def _patch_user_globals():
     """NumPy functions the user's modules imported by name (`from numpy import zeros, r_`)
     take the tracing versions too, as np.zeros does: np.zeros is looked up when called, a
@@ -2409,6 +2509,11 @@ def _patch_user_globals():
             if hit is not None and hit[0] is value and not key.startswith("__"):
                 d[key] = hit[1]
                 done.append((d, key, value, hit[1]))
+            elif type(value) is np.ndarray and not key.startswith("__"):
+                t = _as_table(value)   # a module's array: indexable by traced positions
+                if t is not None:
+                    d[key] = t
+                    done.append((d, key, value, t))
     return done
 
 

@@ -233,9 +233,10 @@ def flatten_like(tree, treedef, what="value"):
                 walk(getattr(t, f), c, f"{path}.{f}")
         elif kind == "dict":
             if not isinstance(t, dict) or set(t) != set(td[1]):
-                got = sorted(map(repr, t)) if isinstance(t, dict) else type(t).__name__
+                got = (f"keys {', '.join(sorted(map(repr, t)))}" if isinstance(t, dict) else
+                       type(t).__name__)
                 raise ShapeError(f"{what}: expected a dict with keys "
-                                 f"{sorted(map(repr, td[1]))} at {path}, got {got}")
+                                 f"{', '.join(sorted(map(repr, td[1])))} at {path}, got {got}")
             for k, c in zip(td[1], td[2]):
                 walk(t[k], c, f"{path}[{k!r}]")
         else:

@@ -154,9 +154,23 @@ def _hyndman_fan(alpha, beta):
     return lambda n, q: n * q + (alpha + q * (1 - alpha - beta)) - 1
 
 
+def _boundaries(index, condition):
+    """NumPy's _discrete_interpolation_to_boundaries: the order statistic below the virtual
+    index where condition(gamma, index) holds, else the one above (0 at least); NumPy's
+    functions, so n may be traced (nanquantile's count per slice)."""
+    prev = np.floor(index)
+    pick = np.where(condition(index - prev, index), prev, prev + 1)
+    return np.maximum(pick, 0).astype(np.intp)
+
+
 # method -> (virtual index of quantiles q in n sorted values, gamma from (gamma, index) or None
-# where the index is an integer): NumPy's table for the methods that are not discrete steps
+# where the index is an integer): NumPy's table (the discrete H&F methods 1-3 included)
 _METHODS = {
+    "inverted_cdf": (lambda n, q: _boundaries(n * q - 1, lambda g, i: g == 0), None),
+    "averaged_inverted_cdf": (lambda n, q: n * q - 1,
+                              lambda g, i: np.where(g == 0, 0.5, 1.0)),
+    "closest_observation": (lambda n, q: _boundaries(
+        n * q - 1 - 0.5, lambda g, i: (g == 0) & (np.floor(i) % 2 == 1)), None),
     "linear": (lambda n, q: (n - 1) * q, lambda g, i: g),
     "lower": (lambda n, q: np.floor((n - 1) * q).astype(np.intp), None),
     "higher": (lambda n, q: np.ceil((n - 1) * q).astype(np.intp), None),
@@ -206,12 +220,18 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
 
 def _quantile_args(q, out, weights, interpolation, method, name, scale, where):
     """The checks np.quantile and np.nanquantile share: (q is a Python number, q / scale)."""
-    if out is not None or weights is not None or interpolation is not None:
-        raise UnsupportedError(f"np.{name} with out=, weights= or interpolation={where}; "
-                               "use method=")
+    if weights is not None:
+        raise UnsupportedError(
+            f"np.{name} with weights={where} is not supported by adjit; write the weighted "
+            "inverted-CDF quantile (NumPy's) directly: i = np.argsort(x); c = np.cumsum(w[i]); "
+            "x[i][np.minimum(np.searchsorted(c / c[-1], q), len(x) - 1)]")
+    if out is not None or interpolation is not None:
+        raise UnsupportedError(f"np.{name} with out= or interpolation={where}: compute the "
+                               "result and assign it (out[...] = ...); interpolation= is "
+                               "method= since NumPy 1.22")
     if isinstance(q, Tracer):
         raise UnsupportedError(f"np.{name} with a traced q{where}; q must be a constant "
-                               "(a number, list or NumPy array)")
+                               f"(a number, list or NumPy array){q.argument_hint()}")
     if method not in _METHODS:
         raise UnsupportedError(f"np.{name} with method={method!r}{where}; supported: "
                                f"{', '.join(_METHODS)} (the default is 'linear')")
@@ -274,7 +294,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
         return quantile(a, q, axis, out, overwrite_input, method, keepdims, weights=weights,
                         interpolation=interpolation, _name=plain, _scale=_scale)
     weak_q, qa = _quantile_args(q, out, weights, interpolation, method, _name, _scale, where)
-    if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 1:
+    if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
         raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
                          f"[0, {_scale}]{where}")
     if not _count(_shape_of(a), range(_ndim(a))):

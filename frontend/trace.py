@@ -202,6 +202,8 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             call_args.append(pytree.unflatten(treedef, tracers))
         before = _containers(call_args, names)
         warn_generators(fn)
+        from .numpy_api import closure_tables
+        tables = closure_tables(fn)     # its closure's arrays indexable by traced positions
         try:
             out = fn(*call_args)
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
@@ -219,7 +221,10 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             _name_the_library(e)
             _name_the_unbound_method(e)
             _name_the_prebound_numpy(e)
+            _name_the_post_init(e)
             raise
+        finally:
+            tables()
         _warn_mutated(before, fn, out)
         try:
             _warn_stored_in_objects(fn, ctx)
@@ -237,8 +242,9 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
             if not isinstance(leaf, Tracer) and not _numeric(leaf):
                 raise TraceError(
                     f"{getattr(fn, '__name__', 'the function')} returned "
-                    f"{type(leaf).__name__} {leaf!r:.40} at {path}; results (aux outputs "
-                    "included) must be arrays or numbers")
+                    f"{type(leaf).__name__} {leaf!r:.40}"
+                    f"{'' if path == 'out' else ' as ' + path.replace('out', 'result', 1)}; "
+                    "results (aux outputs included) must be arrays or numbers")
             if not isinstance(leaf, Tracer):
                 from . import functions as F
                 leaf = F.const(leaf)
@@ -440,6 +446,25 @@ def _name_the_prebound_numpy(e):
         tb = tb.tb_next
 
 
+def _name_the_post_init(e):
+    """An attribute that a dataclass argument's __post_init__ (or __init__) sets outside its
+    fields is missing: adjit rebuilds dataclass arguments from their fields (traced)
+    without calling __init__. Say so, and what to do."""
+    import dataclasses
+    obj, name = getattr(e, "obj", None), getattr(e, "name", None)
+    if not isinstance(e, AttributeError) or name is None or obj is None or \
+            not dataclasses.is_dataclass(obj) or isinstance(obj, type) or \
+            name in {f.name for f in dataclasses.fields(obj)}:
+        return
+    cls = type(obj).__name__
+    raise TraceError(
+        f"{cls} has no attribute {name!r} here{_at(user_where())}: adjit passes a dataclass "
+        f"argument as its fields (traced) and rebuilds it without calling __init__ or "
+        f"__post_init__, so attributes those set outside the fields are not there. Declare "
+        f"it a field ({name}: np.ndarray = dataclasses.field(init=False), set in "
+        f"__post_init__ before the call) or compute it inside the function") from e
+
+
 def _name_the_library(e):
     """An error raised inside SciPy's code on traced arrays names the SciPy function the user
     called (scipy.linalg.solve_triangular, scipy.stats.norm.logpdf) and what adjit traces.
@@ -469,10 +494,17 @@ def _name_the_library(e):
     if called is None:
         return
     # the SciPy function the user called: the outermost frame that is not a decorator's
-    named = next((f for f in frames if f.f_code.co_name not in _WRAPPERS), called)
+    named = next((f for f in frames if f.f_code.co_name not in _WRAPPERS and
+                  not f.f_code.co_name.endswith("_wrapper")), called)
     mod = named.f_globals.get("__name__", "scipy")
     public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
     name = f"{public}.{getattr(named.f_code, 'co_qualname', named.f_code.co_name)}"
+    inner = named.f_locals.get("hypotest_fun_in")
+    if named.f_code.co_name.endswith("_wrapper") and hasattr(inner, "__name__"):
+        # scipy.stats' axis_nan_policy decorator, failing before it calls the function
+        mod = getattr(inner, "__module__", None) or mod
+        public = ".".join(p for p in mod.split(".") if not p.startswith("_")) or "scipy"
+        name = f"{public}.{inner.__name__}"
     where = _at(user_where(called.f_back))
     method = named.f_locals.get("method") if named.f_code.co_name == "__ua_function__" else None
     if method is not None and hasattr(method, "__name__"):    # scipy.fft's uarray dispatch

@@ -630,6 +630,21 @@ class Tracer:
         return f"Tracer(v{self.id}: {type_str(self.shape, self.dtype)})"
 
     # -- values are unknown while tracing ---------------------------------------------------
+    def argument_hint(self) -> str:
+        """For an error about a value that must be a constant: when this one is (computed
+        from) a Python number argument, a sentence saying to make that argument static."""
+        from .functions import _is_weak
+        if not _is_weak(self) and not (self.ctx.graph[self.id]["op"] == "input" and
+                                       not self.shape):
+            return ""
+        d = self.ctx.graph[self.id]
+        which = (f"the argument {d['name']!r}" if d["op"] == "input" else
+                 "Python number arguments")
+        return (f". It comes from {which}, and arguments are traced: a number that "
+                "configures the computation (a quantile level, a bin count) is static "
+                "configuration: mark it static (static_argnums=...) or make it keyword-only "
+                "(def f(x, *, q=0.9)), one program per value")
+
     def _from_float_input(self):
         """Whether a float argument feeds this value (`if a > 0` on a float a is control flow
         on data, not configuration)."""
@@ -696,9 +711,10 @@ class Tracer:
                       "needs X @ W or np.dot(X, W); np.float64(x), np.int64(x) (any NumPy "
                       "scalar type) of a traced value is x.astype(np.float64) (np.int64); "
                       "a NumPy array indexed by traced integers "
-                      "(table[idx], np.take(table, idx) with the table a global or closure "
-                      "value) needs the table passed as an argument or copied inside the "
-                      "function: np.array(table)[idx]. Use the NumPy functions adjit supports "
+                      "(self.table[idx], or a table a NumPy function made: (edges * 2)[idx]) "
+                      "needs the table passed as an argument or copied inside the "
+                      "function: np.array(table)[idx] (a module's or closure's own arrays "
+                      "are indexable as they are). Use the NumPy functions adjit supports "
                       "(see adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
                       "(static_argnums=...) if it is a configuration value.")
         elif what.startswith(("float", "int")):

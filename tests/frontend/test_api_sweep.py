@@ -47,7 +47,7 @@ def test_float16_runs_on_the_numba_backend_as_numpy_code():
 def test_complex_arguments_compile_and_string_results_are_refused_clearly():
     r = adjit.compile(lambda x: x * 2, backend="numpy")(np.array([1 + 1j]))
     assert r.dtype == np.complex128 and r[0] == 2 + 2j
-    with pytest.raises(adjit.TraceError, match=r"returned str 'ok' at out\[1\]\['tag'\]"):
+    with pytest.raises(adjit.TraceError, match=r"returned str 'ok' as result\[1\]\['tag'\]"):
         adjit.grad(lambda x: (np.sum(x), {"tag": "ok"}), has_aux=True)(np.ones(2))
 
 

@@ -88,7 +88,10 @@ def test_float_of_tracer_is_refused():
 
 def test_non_numeric_argument_is_refused():
     with pytest.raises(adjit.TraceError, match="static"):
-        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), "relu")
+        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), ["relu", "tanh"])
+    # a string alone is static configuration (sweep 23)
+    np.testing.assert_array_equal(
+        adjit.compile(lambda x, s: x * len(s), backend="numpy")(np.ones(2), "relu"), [4, 4])
 
 
 @pytest.mark.parametrize("key", ["W1", "1bad", "a b", "x']); import os; os.system('echo pwned')#",

@@ -145,3 +145,198 @@ def test_grad_of_a_compiled_function_keeps_its_static_arguments():
     x = np.array([0.1, 0.2])
     np.testing.assert_allclose(adjit.grad(loss)(x, "sin"), np.cos(x), rtol=1e-14)
     np.testing.assert_allclose(adjit.grad(loss)(x, "tanh"), 1 - np.tanh(x) ** 2, rtol=1e-14)
+
+
+_TABLE = np.array([0.5, 1.0, 2.0, 4.0])
+_EDGES = np.array([-1.0, 0.0, 1.0])
+_CLASS_WEIGHTS = np.array([1.0, 3.0])
+_M = np.arange(12.0).reshape(3, 4)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(_TABLE[np.searchsorted(_EDGES, x)] * x ** 2),
+    lambda x: np.sum(np.take(_TABLE, np.searchsorted(_EDGES, x)) * x ** 2),
+    lambda x: np.sum(np.asarray(_TABLE)[np.searchsorted(_EDGES, x)] * x ** 2),
+    lambda x: np.sum(_M[:, np.argsort(x)] @ x),
+    lambda x: np.sum(_M.T[np.argmax(x)] * x[:3]),
+    lambda x: np.sum(_TABLE.reshape(2, 2)[np.argmax(x) % 2] * x[:2]),
+    lambda x: np.sum({"t": _TABLE}["t"][np.argmin(x)] * x),
+], ids=["getitem", "take", "asarray", "columns", "transpose", "reshape", "dict"])
+def test_a_modules_array_is_indexable_by_traced_positions(f):
+    x = np.array([-2.0, -0.5, 0.5, 3.0])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x), rtol=1e-15)
+    assert adjit.gradcheck(f, x) < 1e-6
+    assert type(_TABLE) is np.ndarray and type(_M) is np.ndarray   # restored
+
+
+def test_class_weights_indexed_by_integer_labels():
+    def wbce(z, y):
+        return np.sum(_CLASS_WEIGHTS[y] * (np.logaddexp(0, z) - y * z))
+    z, y = np.array([0.3, -1.2, 2.5, 0.1]), np.array([0, 1, 1, 0])
+    g = adjit.grad(wbce)(z, y)
+    np.testing.assert_allclose(g, _CLASS_WEIGHTS[y] * (1 / (1 + np.exp(-z)) - y), rtol=1e-14)
+
+
+def test_a_closures_array_is_indexable_by_traced_positions_and_copies_take_traced_values():
+    def make():
+        w = np.array([1.0, 2.0, 3.0])
+
+        def pick(k):
+            return w[k]
+
+        def f(x):
+            c = w.copy()
+            c[0] = x[1]
+            z = np.zeros_like(w)
+            z[1] = x[2]
+            return pick(np.argmax(x)) * x + w[np.argsort(x)] + c + z
+        return f, w
+    f, w = make()
+    x = np.array([0.3, -1.2, 2.5])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x), rtol=1e-15)
+    assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
+    cells = [c.cell_contents for c in f.__closure__]
+    assert [type(v) for v in cells if isinstance(v, np.ndarray)] == [np.ndarray]   # restored
+
+
+def test_keyword_arguments_are_keyed_in_the_order_given():
+    def pipeline(x, **steps):
+        for name, scale in steps.items():
+            x = getattr(np, name)(x) * scale
+        return x
+    c = adjit.compile(pipeline, backend="numpy")
+    x = np.array([0.5, 1.0])
+    for kw in ({"sin": 1.0, "exp": 1.0}, {"exp": 1.0, "sin": 1.0}):
+        np.testing.assert_allclose(c(x, **kw), pipeline(x, **kw), rtol=1e-15)
+
+
+def test_string_arguments_are_static_configuration():
+    def loss(x, kind):
+        return np.sum(np.tanh(x)) if kind == "tanh" else np.sum(np.sin(x))
+    x = np.array([0.1, 0.2])
+    np.testing.assert_allclose(adjit.grad(loss)(x, "sin"), np.cos(x), rtol=1e-15)
+    np.testing.assert_allclose(adjit.grad(loss)(x, kind="tanh"), 1 - np.tanh(x) ** 2,
+                               rtol=1e-15)
+    assert float(adjit.compile(loss)(x, "sin")) == pytest.approx(np.sum(np.sin(x)))
+    with pytest.raises(adjit.TraceError, match="<U3"):
+        adjit.grad(loss, argnums=1)(x, "sin")
+
+
+def test_compile_of_a_transformation_keeps_its_static_arguments():
+    def f(x, kind, n):
+        return np.sum(np.sin(x) * n) if kind == "sin" else np.sum(x)
+    x = np.array([0.1, 0.2])
+    np.testing.assert_allclose(adjit.compile(adjit.grad(f, static_argnums=2))(x, "sin", 3),
+                               3 * np.cos(x), rtol=1e-15)
+    assert float(adjit.compile(adjit.compile(f, static_argnums=2))(x, "sin", 3)) == \
+        pytest.approx(3 * np.sum(np.sin(x)))
+
+
+def test_gradcheck_passes_keywords_and_differences_float32_programs_coarsely():
+    x = np.array([0.3, 1.2, -0.5])
+    assert adjit.gradcheck(lambda a: np.sum(np.exp(a.astype(np.float32))), x) < 1e-3
+    assert adjit.gradcheck(lambda x, scale=1.0: np.sum(np.sin(x)) * scale, x, scale=2.0) < 1e-8
+
+
+def test_keyword_misuse_messages():
+    def kf(x, *, scale=1.0):
+        return x * scale
+
+    def po(a, b, /):
+        return a * b
+
+    def kk(x, **kw):
+        return x * kw["b"]
+    x = np.ones(2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scal'; did you mean "
+                                        "'scale'"):
+        adjit.compile(kf)(x, scal=0.5)
+    with pytest.raises(TypeError, match="positional-only"):
+        adjit.compile(po)(x, b=x)
+    with pytest.raises(TypeError, match=r"argument\(s\) b holding arrays"):
+        adjit.compile(kk)(x, a=2.0, b=x)
+
+
+def test_an_attribute_set_in_post_init_is_explained():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Params:
+        w: np.ndarray
+
+        def __post_init__(self):
+            self.w_sq = self.w ** 2
+    with pytest.raises(adjit.TraceError, match="without calling __init__ or __post_init__"):
+        adjit.grad(lambda p: np.sum(p.w_sq * p.w))(Params(np.array([1.0, 2.0])))
+
+
+def test_scipy_spellings_of_numpy_functions():
+    sp = pytest.importorskip("scipy.special")
+    x = np.array([-1.5, -0.0, 0.0, 0.3, 2.0, 7.0, np.inf, -np.inf, np.nan])
+    for name in ("expm1", "log1p", "cbrt", "exp2", "exp10", "loggamma"):
+        f = getattr(sp, name)
+        with np.errstate(all="ignore"):
+            for dt in (np.float64, np.float32):
+                got = adjit.compile(lambda x: f(x), backend="numpy")(x.astype(dt))
+                want = f(x.astype(dt))
+                assert got.dtype == want.dtype
+                np.testing.assert_allclose(got, want, rtol=1e-6 if dt == np.float32 else 1e-14)
+        assert adjit.gradcheck(lambda x: np.sum(f(x)), np.array([0.3, 2.0, 3.0])) < 1e-6
+
+
+def test_quantile_levels_passed_as_arguments_say_to_make_them_static():
+    def pinball(pred, q=0.9):
+        return np.quantile(pred, q)
+    with pytest.raises(adjit.UnsupportedError, match="argument 'q'.*static_argnums"):
+        adjit.compile(pinball)(np.arange(5.0), 0.9)
+    assert float(adjit.compile(pinball, static_argnums=1)(np.arange(5.0), 0.9)) == 3.6
+
+
+@pytest.mark.parametrize("method", ["inverted_cdf", "averaged_inverted_cdf",
+                                    "closest_observation"])
+def test_the_discrete_quantile_methods_match_numpy(method):
+    import warnings
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4, 7, 10):
+        x = rng.normal(size=(n, 3))
+        xn = x.copy()
+        xn[rng.random(x.shape) < 0.3] = np.nan
+        for q in (0.0, 0.1, 0.25, 1 / 3, 0.5, 0.6, 0.9, 1.0, [0.0, 0.5, 1.0]):
+            for fn, a in ((np.quantile, x), (np.nanquantile, xn)):
+                for ax in (None, 0):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        want = fn(a, q, axis=ax, method=method)
+                        got = adjit.compile(lambda a: fn(a, q, axis=ax, method=method),
+                                            backend="numpy")(a)
+                    np.testing.assert_array_equal(got, want)
+    x = rng.normal(size=7)
+    assert adjit.gradcheck(lambda a: np.sum(np.quantile(a, [0.2, 0.5, 0.7], method=method)),
+                           x) < 1e-8
+
+
+def test_median_overwrite_input_and_nanquantile_of_a_matrix_of_levels():
+    x = np.array([3.0, 1.0, 4.0, 1.5])
+    assert float(adjit.compile(lambda x: np.median(x, overwrite_input=True))(x)) == 2.25
+    with pytest.raises(TypeError, match="keepdim"):
+        adjit.compile(lambda x: np.median(x, keepdim=True))(x)
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(5, 4))
+    a[rng.random(a.shape) < 0.3] = np.nan
+    q = np.array([[0.1, 0.5], [0.7, 0.9], [0.0, 1.0]])
+    for ax in (None, 0, 1):
+        np.testing.assert_allclose(
+            adjit.compile(lambda a: np.nanquantile(a, q, axis=ax, keepdims=True))(a),
+            np.nanquantile(a, q, axis=ax, keepdims=True), rtol=1e-14)
+
+
+def test_quantile_weights_say_how_to_write_the_weighted_quantile():
+    with pytest.raises(adjit.UnsupportedError, match="np.searchsorted"):
+        adjit.compile(lambda x: np.quantile(x, 0.3, weights=np.ones(4),
+                                            method="inverted_cdf"))(np.arange(4.0))
+
+
+def test_scipy_stats_refusals_name_the_function_called():
+    st = pytest.importorskip("scipy.stats")
+    with pytest.raises(adjit.AdjitError, match=r"scipy\.stats\.iqr \(SciPy\)"):
+        adjit.grad(lambda x: st.iqr(np.exp(x)))(np.arange(5.0))
