@@ -286,12 +286,16 @@ class _Fuser:
         """Units (groups and kept nodes) in a topological order close to the original one."""
         g = self.g
         deps, key = {}, {}
+        # a given order (the checkpoint pass's) ranks the units, else creation order does
+        given = g.meta.get("order")
+        pos = {n: i for i, n in enumerate(given)} if given else None
+        rank = pos.__getitem__ if pos else (lambda n: n)
         for root, p in plans.items():
             deps[root] = {owner.get(a, a) for a in p["inputs"]}
-            key[root] = max(p["nodes"])
+            key[root] = max(rank(n) for n in p["nodes"])
         for n in live:
             deps[n] = {owner.get(a, a) for a in g.args(n)}
-            key[n] = n
+            key[n] = rank(n)
         waiting = {u: len(d) for u, d in deps.items()}
         rev = {}
         for u, d in deps.items():
@@ -326,6 +330,11 @@ class _Fuser:
                 new.inputs.append(m[u])
         assert [m[i] for i in g.inputs] == new.inputs
         new.outputs = [m[o] for o in g.outputs]
+        if "checkpoints" in g.meta:
+            # after the checkpoint pass: the values it keeps, under their new ids (one that
+            # a group now computes and reads inside is no longer kept)
+            new.meta["checkpoints"] = {m[n]: w for n, w in g.meta["checkpoints"].items()
+                                       if n in m}
         return new
 
 

@@ -372,3 +372,29 @@ def test_a_tiny_value_read_by_every_step_does_not_block_the_cuts():
         np.testing.assert_array_equal(a, b)
     assert adjit.measure_peak_memory(cut, x, v, k) < 0.5 * adjit.measure_peak_memory(
         plain, x, v, k)
+
+
+@pytest.mark.parametrize("two", [False, True], ids=["euler", "leapfrog"])
+def test_a_fused_loop_of_elementwise_steps_is_still_cut(two):
+    """An ODE step written elementwise fuses, with its backward, into groups that keep a full
+    array per step and no single value to cut at (sweep 23): with fusion on, sqrt
+    checkpointing still cuts the loop (the pipeline also checkpoints before fusing)."""
+    rng = np.random.default_rng(3)
+    x0, v0 = rng.normal(size=(2, 4000))
+
+    def euler(k, x0, v0):
+        x, v = x0, v0
+        for _ in range(64):
+            if two:
+                v = v - 0.01 * k * np.sin(x)
+                x = x + 0.01 * v
+            else:
+                x = x - 0.01 * k * np.sin(x)
+        return np.sum(x ** 2)
+    args = (1.3, x0, v0)
+    plain = adjit.grad(euler, argnums=(0, 1, 2), backend="numpy")
+    cut = adjit.grad(euler, argnums=(0, 1, 2), backend="numpy", checkpoint="sqrt")
+    assert_identical(plain(*args), cut(*args))
+    full, small = plain.lower(*args).memory, cut.lower(*args).memory
+    assert small.peak_bytes < 0.5 * full.peak_bytes, (small, full)
+    assert adjit.measure_peak_memory(cut, *args) < 0.5 * adjit.measure_peak_memory(plain, *args)
