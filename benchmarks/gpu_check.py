@@ -224,11 +224,12 @@ def environment():
         target="cupy", ok=registry.resolve("auto").NAME == "cupy")
 
 
-def _errors(got, want):
+def _errors(got, want, absolute=False):
     """(pointwise, normwise) error over all leaves: max |a - b| / (1 + |b|), the tests'
-    assert_allclose(rtol=tol, atol=tol) criterion; and per leaf max |a - b| / max |b|."""
+    assert_allclose(rtol=tol, atol=tol) criterion; and per leaf max |a - b| / max |b|.
+    With absolute: max |a - b| over all leaves."""
     from adjit.frontend import pytree
-    point = norm = 0.0
+    point = norm = worst = 0.0
     def host(x):   # either side may be on the GPU (a CuPy array refuses np.asarray)
         return (x.get() if hasattr(x, "get") else np.asarray(x)).astype(np.float64)
     for a, b in zip(pytree.flatten(got)[0], pytree.flatten(want)[0]):
@@ -236,9 +237,10 @@ def _errors(got, want):
         if not b.size:
             continue
         d = np.abs(a - b)
+        worst = max(worst, float(d.max()))
         point = max(point, float((d / (1 + np.abs(b))).max()))
         norm = max(norm, float(d.max() / max(np.abs(b).max(), 1e-30)))
-    return point, norm
+    return worst if absolute else (point, norm)
 
 
 def equality_op_table(until=None):
@@ -297,20 +299,23 @@ def equality_models():
         step = adjit.compile(train_step, backend="cupy", cuda_graph=graph,
                              donate_argnums=(0, 1) if graph else ())
         s_ref, s_gpu = (p, adam_init(p)), (p, adam_init(p))
-        err = 0.0
+        err = steps = 0.0
         for _ in range(3):
             o_ref = ref(*s_ref, X, y)
             o_gpu = step(*s_gpu, cupy.asarray(X), cupy.asarray(y))
-            err = max(err, _errors(o_gpu, o_ref)[1])
+            # the loss and Adam's moments normwise; the weights in units of one Adam step
+            # (LR): Adam divides by sqrt(v), so float32 rounding in a near-zero gradient
+            # moves a weight by a few percent of a step, whatever the weight's size
+            err = max(err, _errors((o_gpu[0], o_gpu[2]), (o_ref[0], o_ref[2]))[1])
+            steps = max(steps, _errors(o_gpu[1], o_ref[1], absolute=True) / LR)
             s_ref, s_gpu = o_ref[1:], o_gpu[1:]
         mode = step.lower(*s_gpu, cupy.asarray(X), cupy.asarray(y)).fn
-        note = "normwise per array: Adam divides by sqrt(v), so rounding in tiny gradients " \
-            "moves single weights by up to ~1% of a step"
+        note = "loss and moments normwise per array; weights within a share of one Adam step"
         if graph:
             note = f"runner mode: {mode.mode}; " + note
         row("equality", f"3 Adam steps {'with' if graph else 'without'} a CUDA graph",
-            f"max err {err:.1e}", "<= 1e-3", err <= 1e-3 and (not graph or mode.mode == "graph"),
-            note)
+            f"max err {err:.1e}, weights {steps:.1%} of a step", "<= 1e-3, <= 10%",
+            err <= 1e-3 and steps <= 0.1 and (not graph or mode.mode == "graph"), note)
 
 
 class AdjitTrainer:
