@@ -1036,6 +1036,9 @@ def gradcheck(fn, *args, argnums=0, eps=1e-6, has_aux=False, static_argnums=(),
     if kwargs:
         fn = functools.partial(fn, **kwargs)
     default_eps = eps == 1e-6
+    if any(type(a) is str for a in args):     # a mode or an activation's name: static
+        static_argnums = tuple(_static(static_argnums, fn)) + tuple(
+            i for i, a in enumerate(args) if type(a) is str)
     def f64(x):
         a = _host(x)
         return a.astype(np.float64) if a.dtype.kind == "f" else a

@@ -307,6 +307,11 @@ class Buffer(np.ndarray):
                     np.may_share_memory(r, np.ndarray.view(x, np.ndarray))
                     for x in _leaves((args, kwargs)) if isinstance(x, np.ndarray)):
                 return _made_here(r, _plain_tree(args))   # np.diag of a vector: a new array
+            if type(r) in PLAIN_TYPES:
+                # a plain view of a Buffer's memory (np.einsum's does not keep the subclass)
+                views = views_of_buffers(r, (args, kwargs))
+                if views is not None:
+                    return views
             return r
         plain = _plain_tree(args)
         r = func(*plain, **_plain_tree(kwargs))

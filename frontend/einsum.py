@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir.errors import ShapeError
 from . import functions as F
-from .tracer import _at, user_where
+from .tracer import Tracer, _at, user_where
 
 
 def _parse(subscripts, shapes):
@@ -66,6 +66,25 @@ def _diagonals(x, sub):
     return x, sub
 
 
+def _view(x, sub, out):
+    """One operand, nothing summed ('ii->i', 'ij->ji', 'iij->ji'): NumPy's einsum returns a
+    writable view of x, so writes through it reach x (np.einsum('ii->i', K)[...] += s2)."""
+    if len(set(sub)) == len(sub):
+        return F.transpose(x, [sub.index(c) for c in out])
+    shape = F._shape_of(x)
+    for c in set(sub):
+        if len({shape[i] for i, ch in enumerate(sub) if ch == c}) > 1:
+            raise ShapeError(f"np.einsum: repeated index '{c}' on axes of different sizes"
+                             f"{_at(user_where())}")
+    index = [np.arange(shape[i]).reshape([-1 if k == out.index(ch) else 1
+                                          for k in range(len(out))])
+             for i, ch in enumerate(sub)]
+    r = F.getitem(x, tuple(index))
+    key = tuple(("a", k) for k in range(len(sub)))
+    r.view_of(x, "gather", {"key": key}, index, writable=True)
+    return r
+
+
 def _reduce_alone(x, sub, keep):
     """Sum out letters of x that appear nowhere else."""
     axes = tuple(i for i, c in enumerate(sub) if c not in keep)
@@ -83,6 +102,8 @@ def einsum(subscripts, *ops):
         if len(sub) != len(F._shape_of(x)):
             raise ShapeError(f"np.einsum: '{sub}' has {len(sub)} letters for an operand of "
                              f"shape {F._shape_of(x)}{_at(user_where())}")
+    if len(ops) == 1 and isinstance(ops[0], Tracer) and set(ins[0]) == set(out):
+        return _view(ops[0], ins[0], out)
     ops, ins = list(ops), list(ins)
     for k in range(len(ops)):
         ops[k], ins[k] = _diagonals(ops[k], ins[k])

@@ -830,7 +830,12 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     # 2048-sample windows of 16,000 samples are 28 million positions); a later [::hop]
     # keeps only its frames' (registry rewrite of slice of gather)
     idx = x.ctx.emit("const", [], {"value": pos, "dtype": pos.dtype})
-    return x.ctx.emit("gather", [F.ravel(x), idx], {"key": (("a", 0),)})
+    flat = F.ravel(x)
+    r = x.ctx.emit("gather", [flat, idx], {"key": (("a", 0),)})
+    if flat.base is not None or flat is x or x.ndim == 1:
+        # NumPy's is a read-only view of x: later writes into x show through it
+        r.view_of(flat, "gather", {"key": (("a", 0),)}, (pos,), writable=False)
+    return r
 
 
 # -- finite differences and polynomial matrices -------------------------------------------------

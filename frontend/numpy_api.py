@@ -255,6 +255,14 @@ def _ravel(a, order="C"):
         else r
 
 
+def _f_contiguous(t) -> bool:
+    """Is t laid out in Fortran order (K.T of a C-ordered K): np.asfortranarray returns it
+    itself, a view of what it views."""
+    if t.base is None:
+        return sum(1 for d in t.shape if d > 1) <= 1
+    return bool(t.layout_probe().flags.f_contiguous)
+
+
 def _strided(t, order="C"):
     """Is t a view of another array that is not contiguous in `order` (z.T, x[:, ::2])?"""
     if not isinstance(t, Tracer) or t.base is None:
@@ -1806,7 +1814,8 @@ INPLACE = {np.copyto, np.put, np.putmask, np.put_along_axis, np.fill_diagonal}
 _VIEWS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.rollaxis, np.squeeze,
           np.expand_dims, np.atleast_1d, np.atleast_2d, np.atleast_3d, np.broadcast_to,
           np.diagonal, np.rot90, np.flip, np.fliplr, np.flipud, np.split, np.array_split,
-          np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real, np.diag}
+          np.hsplit, np.vsplit, np.dsplit, np.asarray, np.asanyarray, np.real, np.diag,
+          np.einsum, np.asfortranarray, np.lib.stride_tricks.sliding_window_view}
 _VIEWS |= {getattr(m, n) for m in (np, np.linalg) for n in ("matrix_transpose", "permute_dims")
            if hasattr(m, n)}
 
@@ -1892,7 +1901,7 @@ def _install():
     T.partition = lambda s, kth, axis=-1, kind=None, order=None: s.sort(axis)
     T.argpartition = lambda s, kth, axis=-1, kind=None, order=None: F.argsort(s, axis)
     T.copy = lambda s, order="C": s.copy_()
-    T.conj = T.conjugate = lambda s: s.copy_()
+    T.conj = T.conjugate = lambda s: s     # of a real array: the array itself, as in NumPy
     for name, sym, fn in [("add", "+", F.add), ("sub", "-", F.sub), ("mul", "*", F.mul),
                           ("truediv", "/", F.div), ("pow", "**", _pow),
                           ("matmul", "@", F.matmul), ("and", "&", T.__and__),
@@ -2036,8 +2045,11 @@ def _accepting(orig):
             return out
         if not _holds_tracer(obj):
             r = orig(obj, *args, **kwargs)
-            if isinstance(obj, Table) and type(r) is np.ndarray and np.may_share_memory(r, obj):
-                return r.view(Table)    # np.asarray(table): still the module's array
+            if isinstance(obj, Table) and type(r) is np.ndarray and \
+                    r.__array_interface__["data"][0] == obj.__array_interface__["data"][0] \
+                    and r.shape == obj.shape and r.strides == obj.strides and \
+                    r.dtype == obj.dtype:
+                return obj      # np.asarray(table) is the table itself, as in NumPy
             views = B.views_of_buffers(r, obj) if isinstance(obj, B.Buffer) else None
             if views is not None:
                 return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
@@ -2061,7 +2073,8 @@ def _accepting(orig):
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
                     kwargs.get("copy")))):
             return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
-        if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1:
+        if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1 \
+                and not _f_contiguous(out):
             return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
         if orig.__name__ == "ascontiguousarray" and out is B.resolve(obj) and _strided(out):
             return out.copy_()  # of a strided view (z.T, x[::2]) NumPy makes a copy
@@ -2405,28 +2418,69 @@ def _is_user_module(mod) -> bool:
 
 class Table(np.ndarray):
     """A NumPy array held by the user's module or the traced function's closure, as the
-    function sees it while being traced: a view of the same memory whose indexing takes
-    traced positions (class_weights[labels], table[np.searchsorted(edges, x)]) and whose NumPy
-    functions take traced arguments NumPy does not dispatch on (np.take(table, idx)). NumPy
-    asks no one when a plain array is indexed by a foreign object, so without the view these
-    need the table passed as an argument. Views of it (table[1:], table.T) are Tables too;
-    ufunc results are plain arrays. The names are restored when the trace ends."""
+    function sees it in a second trace (trace.trace: the first failed because NumPy asked a
+    traced value for its numbers): a view of the same memory whose indexing takes traced
+    positions (class_weights[labels], table[np.searchsorted(edges, x)]) and whose NumPy
+    functions and take() take traced arguments NumPy does not dispatch on (np.take(table,
+    idx)). NumPy asks no one when a plain array is indexed by a foreign object. Views of it
+    (table[1:], table.T) are Tables too; new arrays computed from it are plain, or Buffers
+    (which may receive traced values) when the user's code made them. The names are restored
+    when the trace ends."""
 
     def __getitem__(self, key):
         if _holds_tracer(key) or CX.holds(key) or (isinstance(key, tuple) and any(
                 CX.holds(k) for k in key)):
-            plain = np.ndarray.view(self, np.ndarray)
-            return F.lift(plain, plain.dtype)[key]
+            return self._lifted()[key]
         return np.ndarray.__getitem__(self, key)
+
+    def _lifted(self):
+        """This array as a constant of the active trace, one per memory layout and trace
+        (an embedding table indexed forty times is one constant, not forty copies)."""
+        ctx = current()
+        cache = ctx.__dict__.setdefault("tables", {}) if hasattr(ctx, "__dict__") else {}
+        plain = np.ndarray.view(self, np.ndarray)
+        key = (plain.__array_interface__["data"][0], plain.shape, plain.strides,
+               plain.dtype.str)
+        got = cache.get(key)
+        if got is None or got[0] is not self.base and got[0] is not self:
+            got = cache[key] = (self.base if self.base is not None else self, B._lifted(plain))
+        return got[1]
+
+    def take(self, indices, axis=None, out=None, mode="raise"):
+        if _holds_tracer(indices) or _holds_tracer(out):
+            return np.take(self, indices, axis=axis, out=out, mode=mode)
+        return np.ndarray.take(self, indices, axis=axis, out=out, mode=mode)
 
     def __array_function__(self, func, types, args, kwargs):
         if _holds_tracer(list(args) + list(kwargs.values())) or CX.involves(args):
-            return array_function(func, args, kwargs)
-        return super().__array_function__(func, types, args, kwargs)
+            # the tables as the plain arrays they are (constants: np.histogram's samples, an
+            # interpolation's xp); a complex one as its two parts, traced, which the complex
+            # functions take
+            def lifted(a):
+                if isinstance(a, Table):
+                    return a._lifted() if a.dtype.kind == "c" else a.view(np.ndarray)
+                if isinstance(a, (list, tuple)) and any(isinstance(x, Table) for x in a):
+                    return type(a)(lifted(x) for x in a)
+                return a
+            return array_function(func, tuple(lifted(a) for a in args),
+                                  {k: lifted(v) for k, v in kwargs.items()})
+        if any(issubclass(t, B.Buffer) for t in types):
+            return NotImplemented       # a Buffer beside it answers (B.Buffer's rules)
+        r = super().__array_function__(func, types, args, kwargs)
+        if isinstance(r, Table) and not np.may_share_memory(r, self):
+            r = r.view(np.ndarray)       # a new array: plain, or a Buffer below
+        return B._made_here(r, _leaves_of(args)) if isinstance(r, np.ndarray) else r
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
+        if arr is self:
+            return self                  # an in-place update (W += 1): the same array
         arr = arr.view(np.ndarray)
         return arr[()] if return_scalar else arr
+
+    def __repr__(self):
+        return repr(np.ndarray.view(self, np.ndarray))
+
+    __str__ = __repr__
 
     def __reduce__(self):           # pickles and deep-copies as the plain array
         return np.ndarray.view(self, np.ndarray).__reduce__()
@@ -2434,22 +2488,57 @@ class Table(np.ndarray):
     def copy(self, order="C"):
         """A new array made in the traced function, which may receive traced values."""
         r = np.ndarray.copy(np.ndarray.view(self, np.ndarray), order)
-        return B.Buffer(r) if current() is not None else r
+        return B.Buffer(r) if current() is not None and r.flags.c_contiguous else r
+
+
+def _leaves_of(args):
+    return [a for a in args if isinstance(a, np.ndarray)] + [
+        x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, np.ndarray)]
 
 
 B.PLAIN_TYPES = (np.ndarray, Table)
+_tables = [0]           # traces (and threads) that see the user's arrays as Tables now
+_cells = {}             # id(cell) -> [cell, plain array, its Table, count]
+
+
+def tables_on() -> bool:
+    return _tables[0] > 0
+
+
+class seeing_tables:
+    """The traces started inside see the user's module and closure arrays as Tables."""
+
+    def __enter__(self):
+        with _patch_lock:
+            _tables[0] += 1
+
+    def __exit__(self, *exc):
+        with _patch_lock:
+            _tables[0] -= 1
+            if not _tables[0]:
+                _views.clear()
+
+
+_views = {}     # id(plain array) -> (it, its Table) while Tables are seen: one view per array
 
 
 def _as_table(value):
-    """A Table view of a plain numeric array (None for anything else)."""
+    """The Table view of a plain numeric array (None for anything else): the same one for
+    every name that holds the array (W_alias = W stays `is` W)."""
     if type(value) is np.ndarray and value.dtype.kind in "biufc" and value.ndim:
-        return value.view(Table)
+        got = _views.get(id(value))
+        if got is None or got[0] is not value:
+            got = _views[id(value)] = (value, value.view(Table))
+        return got[1]
     return None
 
 
 def closure_tables(fn):
-    """Swap the plain arrays in fn's closure cells (and in those of the functions it closes
-    over, one level) for Table views; returns a function restoring them."""
+    """When Tables are seen: the plain arrays in fn's closure cells (and in those of the
+    functions it closes over, one level) swapped for Table views, counted per cell so that
+    traces in two threads share them; returns a function restoring them."""
+    if not tables_on():
+        return lambda: None
     import inspect
     fn = inspect.unwrap(fn) if callable(fn) else fn
     done, seen = [], set()
@@ -2464,24 +2553,37 @@ def closure_tables(fn):
                 v = cell.cell_contents
             except ValueError:
                 continue
+            entry = _cells.get(id(cell))
+            if entry is not None and entry[0] is cell and v is entry[2]:
+                entry[3] += 1
+                done.append(entry)
+                continue
             t = _as_table(v)
             if t is not None:
+                entry = _cells[id(cell)] = [cell, v, t, 1]
                 cell.cell_contents = t
-                done.append((cell, v, t))
+                done.append(entry)
             elif depth < 1 and callable(v) and hasattr(v, "__closure__"):
                 visit(v, depth + 1)
-    try:
-        visit(fn, 0)
-    except Exception:  # noqa: BLE001 - a helper for user code: never fail a trace for it
-        pass
+    with _patch_lock:
+        try:
+            visit(fn, 0)
+        except Exception:  # noqa: BLE001 - a helper for user code: never fail a trace for it
+            pass
 
     def restore():
-        for cell, v, t in done:
-            try:
-                if cell.cell_contents is t:
-                    cell.cell_contents = v
-            except ValueError:
-                pass
+        with _patch_lock:
+            for entry in done:
+                cell, v, t, _ = entry
+                entry[3] -= 1
+                if entry[3] > 0:
+                    continue
+                _cells.pop(id(cell), None)
+                try:
+                    if cell.cell_contents is t:
+                        cell.cell_contents = v
+                except ValueError:
+                    pass
     return restore
 
 
@@ -2497,6 +2599,7 @@ def _patch_user_globals():
     for mod, name, orig in _originals["polynomial"]:
         patched[id(orig)] = (orig, getattr(mod, name))
     done = []
+    tables = tables_on()
     for name, mod in list(sys.modules.items()):
         kind = _module_kinds.get(name)
         if kind is None or kind[0] is not mod:
@@ -2509,7 +2612,7 @@ def _patch_user_globals():
             if hit is not None and hit[0] is value and not key.startswith("__"):
                 d[key] = hit[1]
                 done.append((d, key, value, hit[1]))
-            elif type(value) is np.ndarray and not key.startswith("__"):
+            elif tables and type(value) is np.ndarray and not key.startswith("__"):
                 t = _as_table(value)   # a module's array: indexable by traced positions
                 if t is not None:
                     d[key] = t

@@ -197,7 +197,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     where = _at(user_where())
     weak_q, qa = _quantile_args(q, out, weights, interpolation, method, _name, _scale, where)
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
-        raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
+        raise ShapeError(f"np.{_name}: q must be a scalar, 1-d or 2-d with values in "
                          f"[0, {_scale}]{where}")
     arr, shape, axes = _axes_first(a, axis)
     n = _shape_of(arr)[0]
@@ -295,7 +295,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
                         interpolation=interpolation, _name=plain, _scale=_scale)
     weak_q, qa = _quantile_args(q, out, weights, interpolation, method, _name, _scale, where)
     if not (np.all(qa >= 0) and np.all(qa <= 1)) or qa.ndim > 2:
-        raise ShapeError(f"np.{_name}: q must be a scalar or 1-d with values in "
+        raise ShapeError(f"np.{_name}: q must be a scalar, 1-d or 2-d with values in "
                          f"[0, {_scale}]{where}")
     if not _count(_shape_of(a), range(_ndim(a))):
         return _empty_nan(a, axis, keepdims)

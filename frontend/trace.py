@@ -168,11 +168,41 @@ def _numeric(x) -> bool:
 def trace(fn, *args, static_argnums=(), differentiated=False):
     """Trace fn on arguments like args into a Graph (values are only used for shapes/dtypes).
 
+    A trace that fails because NumPy itself asked a traced value for its numbers (a plain
+    array indexed by traced positions, class_weights[labels], gives NumPy no way to ask
+    adjit) is traced once more with the arrays the user's modules and fn's closure hold seen
+    as Tables (numpy_api.Table: indexable by traced positions); programs that trace without
+    them never see a Table.
+
     >>> import numpy as np, adjit
     >>> g = adjit.trace(lambda x: np.sum(np.exp(x)), np.zeros(3))
     >>> [g[n]["op"] for n in g.nodes()]
     ['input', 'exp', 'sum']
     """
+    from . import numpy_api
+    from .tracer import current
+    if current() is not None or numpy_api.tables_on():
+        return _trace(fn, args, static_argnums, differentiated)
+    try:
+        return _trace(fn, args, static_argnums, differentiated)
+    except TraceError as e:
+        if not str(e).startswith(_TABLE_ERRORS):
+            raise
+        first = e
+    with numpy_api.seeing_tables():
+        try:
+            return _trace(fn, args, static_argnums, differentiated)
+        except Exception:  # noqa: BLE001 - the first trace's error is the user's to see
+            pass
+    raise first
+
+
+# the errors a second trace with Tables may avoid: NumPy asked a traced value for its
+# numbers (table[idx]), or a traced value went into a copy a method made (W.copy())
+_TABLE_ERRORS = ("converting to a concrete", "a traced value is stored into a NumPy array")
+
+
+def _trace(fn, args, static_argnums, differentiated):
     static = {static_argnums} if isinstance(static_argnums, (int, np.integer)) else \
         set(static_argnums)
     names = arg_names(fn, len(args))
@@ -203,7 +233,7 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
         before = _containers(call_args, names)
         warn_generators(fn)
         from .numpy_api import closure_tables
-        tables = closure_tables(fn)     # its closure's arrays indexable by traced positions
+        tables = closure_tables(fn)     # in a second trace: its closure's arrays as Tables
         try:
             out = fn(*call_args)
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
@@ -454,11 +484,18 @@ def _name_the_post_init(e):
     obj, name = getattr(e, "obj", None), getattr(e, "name", None)
     if not isinstance(e, AttributeError) or name is None or obj is None or \
             not dataclasses.is_dataclass(obj) or isinstance(obj, type) or \
-            name in {f.name for f in dataclasses.fields(obj)}:
-        return
+            name in {f.name for f in dataclasses.fields(obj)} or \
+            not hasattr(type(obj), "__post_init__"):
+        return      # (a misspelt attribute: Python's own message says it)
     cls = type(obj).__name__
+    tb, frame = e.__traceback__, None
+    while tb is not None:       # the innermost user line: where the attribute was read
+        if user_where(tb.tb_frame) is not None and \
+                user_where(tb.tb_frame).file == tb.tb_frame.f_code.co_filename:
+            frame = tb.tb_frame
+        tb = tb.tb_next
     raise TraceError(
-        f"{cls} has no attribute {name!r} here{_at(user_where())}: adjit passes a dataclass "
+        f"{cls} has no attribute {name!r} here{_at(user_where(frame))}: adjit passes a dataclass "
         f"argument as its fields (traced) and rebuilds it without calling __init__ or "
         f"__post_init__, so attributes those set outside the fields are not there. Declare "
         f"it a field ({name}: np.ndarray = dataclasses.field(init=False), set in "

@@ -710,11 +710,11 @@ class Tracer:
                       "np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
                       "needs X @ W or np.dot(X, W); np.float64(x), np.int64(x) (any NumPy "
                       "scalar type) of a traced value is x.astype(np.float64) (np.int64); "
-                      "a NumPy array indexed by traced integers "
-                      "(self.table[idx], or a table a NumPy function made: (edges * 2)[idx]) "
-                      "needs the table passed as an argument or copied inside the "
-                      "function: np.array(table)[idx] (a module's or closure's own arrays "
-                      "are indexable as they are). Use the NumPy functions adjit supports "
+                      "a NumPy array indexed by traced integers (table[idx]) must be an "
+                      "argument, a copy made inside the function (np.array(table)[idx]), or "
+                      "an array a global or closure variable names directly; one held in an "
+                      "attribute, a dict or a list (self.table[idx], TABLES['a'][idx]) or made "
+                      "by a NumPy function ((edges * 2)[idx]) is not. Use the NumPy functions adjit supports "
                       "(see adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
                       "(static_argnums=...) if it is a configuration value.")
         elif what.startswith(("float", "int")):

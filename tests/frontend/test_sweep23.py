@@ -340,3 +340,140 @@ def test_scipy_stats_refusals_name_the_function_called():
     st = pytest.importorskip("scipy.stats")
     with pytest.raises(adjit.AdjitError, match=r"scipy\.stats\.iqr \(SciPy\)"):
         adjit.grad(lambda x: st.iqr(np.exp(x)))(np.arange(5.0))
+
+
+_WT = np.array([1.0, 2.0, 3.0, 4.0])
+_WT_ALIAS = _WT
+_PRIOR = np.array([1.0, 2.0, 3.0])
+_PHASES = np.array([1 + 2j, -0.5 + 0.1j, 3 - 1j])
+_FORTRAN = np.arange(6.0).reshape(2, 3).T
+
+
+def _normalized(a):
+    b = np.asarray(a, dtype=float)
+    if b is a:              # the usual copy guard
+        b = b.copy()
+    b /= b.sum()
+    return b
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(_normalized(_WT) * x) + _WT[np.argmax(x)],
+    lambda x: np.sum(_normalized(_WT) * x),
+    lambda x: np.sum(x) * (1.0 if _WT is _WT_ALIAS else 9.0) +
+    _WT[np.argmax(x)],
+    lambda x: np.sum(np.real(_PHASES[np.argsort(x[:3])] * x[:3])) +
+    np.sum(np.take(_PHASES, np.argsort(x[:3])).imag) + np.sum(_PHASES.take(np.argsort(x[:3])).real),
+    lambda x: np.sum(_FORTRAN.copy(order="K").ravel(order="K")[:4] * x) +
+    _FORTRAN[np.argmax(x) % 3, 0],
+    lambda x: np.sum(_WT.take(np.argsort(x)) * x),
+    lambda x: np.sum(x) + np.histogram(_WT, bins=3, weights=x)[0].sum() + _WT[np.argmin(x)],
+], ids=["copy-guard", "copy-guard-alone", "identity", "complex", "fortran-copy", "take",
+        "histogram"])
+def test_module_arrays_keep_numpys_semantics_when_indexed_by_traced_positions(f):
+    before = _WT.copy()
+    x = np.array([0.5, 0.25, -0.3, 1.2])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(x), f(x), rtol=1e-14)
+    assert adjit.gradcheck(f, x) < 1e-6
+    np.testing.assert_array_equal(_WT, before)
+    assert type(_WT) is np.ndarray and _WT is _WT_ALIAS
+
+
+def test_a_new_array_from_a_module_array_takes_traced_values():
+    def loss(x):
+        state = np.concatenate([_PRIOR, np.zeros(2)])
+        state[3] = x[0]
+        state[4] = x[1] ** 2
+        return np.sum(state * state) + _PRIOR[np.argmin(x)]
+    x = np.array([0.5, 0.25])
+    assert float(adjit.compile(loss, backend="numpy")(x)) == pytest.approx(loss(x), rel=1e-15)
+
+
+def test_an_in_place_update_of_a_global_keeps_the_global():
+    import sys
+    mod = sys.modules[__name__]
+    mod._G = np.array([1.0, 2.0, 4.0])
+    orig = mod._G
+
+    def loss(x):
+        global _G
+        _G += 0.0
+        return np.sum(_G[np.argsort(x)] * x)
+    x = np.array([0.3, -0.7, 1.2])
+    assert float(adjit.compile(loss, backend="numpy")(x)) == pytest.approx(loss(x))
+    assert mod._G is orig and type(orig) is np.ndarray
+
+
+def test_an_embedding_table_indexed_many_times_is_one_constant():
+    emb = np.random.default_rng(0).normal(size=(400, 16))
+
+    def loss(x):
+        idx = np.argsort(x)
+        return sum(np.sum(emb[(idx + k) % 400] @ np.ones(16)) for k in range(40)) * x[0]
+    g = adjit.compile(loss, backend="numpy").trace(np.arange(4.0))
+    consts = [n for n in g.nodes() if g[n]["op"] == "const" and g[n]["shape"] == (400, 16)]
+    assert len(consts) == 1
+
+
+def test_a_misspelt_dataclass_field_keeps_pythons_message():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Params:
+        w: np.ndarray
+    with pytest.raises(AttributeError, match="has no attribute 'weight'"):
+        adjit.grad(lambda p: np.sum(p.weight))(Params(np.ones(3)))
+
+
+def test_gradcheck_makes_positional_strings_static():
+    def act(x, kind="tanh"):
+        return np.sum(np.tanh(x) if kind == "tanh" else np.sin(x))
+    assert adjit.gradcheck(act, np.array([0.3, 0.8]), "sin") < 1e-8
+
+
+def _with_einsum_diagonal(A):
+    K = A @ A.T
+    np.einsum('ii->i', K)[:] += 1.0          # K + I through NumPy's writable view
+    return np.sum(K ** 2)
+
+
+def _through_fortran_view(A):
+    K = A @ A.T
+    Kt = np.asfortranarray(K.T)               # K.T itself: already Fortran-ordered
+    Kt *= 2.0
+    return np.sum(K ** 2)
+
+
+def _window_after_a_write(A):
+    K = A @ A.T
+    win = np.lib.stride_tricks.sliding_window_view(K, 2, axis=0)    # a read-only view
+    K += 1.0
+    return np.sum(win ** 2)
+
+
+def _conj_of_real(A):
+    K = A * 2
+    c = K.conj()                              # of a real array: K itself
+    c *= 3
+    return np.sum(K ** 2)
+
+
+def _einsum_transpose_write(A):
+    K = A @ A.T
+    np.einsum('ij->ji', K)[0, 1] = 5.0
+    return np.sum(K ** 2)
+
+
+def _einsum_view_of_zeros(A):
+    Z = np.zeros((3, 3))
+    np.einsum('ii->i', Z)[...] += A[0]
+    return np.sum(Z * A)
+
+
+@pytest.mark.parametrize("f", [_with_einsum_diagonal, _through_fortran_view,
+                               _window_after_a_write, _conj_of_real, _einsum_transpose_write,
+                               _einsum_view_of_zeros])
+def test_numpys_views_write_through_and_show_later_writes(f):
+    A = np.arange(9.0).reshape(3, 3) / 10
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(A), f(A.copy()), rtol=1e-14)
+    assert adjit.gradcheck(f, A) < 1e-6
