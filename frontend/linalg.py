@@ -234,9 +234,19 @@ def matrix_scale(g, x):
 
 
 def eigh_gaps(w):
-    """F_ij = 1 / (w_j - w_i) off the diagonal and 0 on it (eigenvector derivatives)."""
+    """F_ij = 1 / (w_j - w_i) off the diagonal and 0 on it (eigenvector derivatives), and 0
+    for a repeated eigenvalue: LAPACK returns a pair that is equal in exact arithmetic
+    (ZCA whitening of a covariance with equal variances) some n eps |w| apart, whose 1 / gap
+    would swamp the gradient (NaN from 0 * inf, or noise). The term is then exact for a
+    function whose cotangent does not mix the pair's eigenvectors (a projector onto the top
+    k with the repeated pair outside them); for a spectral function V g(w) V^T (C ** -1/2)
+    the exact term is the limit (g_j - g_i) / (w_j - w_i) = g'(w), which eigenvector
+    cotangents cannot tell: write such a function so that it does not pass through the
+    eigenvectors of a repeated eigenvalue."""
     n = w.shape[-1]
-    off = F.lift(1.0 - np.eye(n), w.dtype, w.ctx)
+    zeros, ones = (F.lift(np.full((n, n), v), w.dtype, w.ctx) for v in (0.0, 1.0))
     diff = F.sub(F.reshape(w, w.shape[:-1] + (1, n)), F.reshape(w, w.shape[:-1] + (n, 1)))
-    # adding the identity keeps the diagonal's 0 / 1 away from 0 / 0
-    return F.div(off, F.add(diff, F.lift(np.eye(n), w.dtype, w.ctx)))
+    top = F.reshape(F.max(F.abs(w), axis=-1, keepdims=True), w.shape[:-1] + (1, 1))
+    same = F.le(F.abs(diff), F.mul(top, 4.0 * n * float(np.finfo(w.dtype).eps)))
+    # the diagonal and the repeated pairs divide 0 by 1, away from 0 / 0
+    return F.div(F.where(same, zeros, ones), F.where(same, ones, diff))

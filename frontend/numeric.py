@@ -431,8 +431,13 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """
     where = _at(user_where())
     if isinstance(xp, Tracer):
+        d = xp.ctx.graph[xp.id]
+        arg = (f". xp is the argument {d['name']!r}, and arguments are traced: close over "
+               "the sample points instead (compile lambda x, fp: f(x, xp, fp), or read them "
+               "from a global), which makes them constants") if d["op"] == "input" else ""
         raise UnsupportedError(f"np.interp with traced xp{where}; the sample points xp must "
-                               "be a constant NumPy array (x, fp, left and right may be traced)")
+                               "be a constant NumPy array (x, fp, left and right may be "
+                               f"traced){arg}")
     if period is not None:
         raise UnsupportedError(f"np.interp(..., period=...){where}; map x into one period "
                                "with np.mod first")

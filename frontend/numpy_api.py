@@ -577,14 +577,35 @@ def _apply_along_axis(func1d, axis, arr, *args, **kwargs):
     return out
 
 
+def _ix(*args):
+    """np.ix_ with traced index vectors (K[np.ix_(tr, tr)] with tr an integer argument):
+    each reshaped to its own axis, as NumPy's; a traced boolean vector has no static size."""
+    out, nd = [], len(args)
+    for k, a in enumerate(args):
+        a = B.resolve(a)
+        if isinstance(a, Tracer):
+            if a.ndim != 1:
+                raise ValueError("Cross index must be 1 dimensional")
+            if a.dtype == np.bool_:
+                raise UnsupportedError(f"np.ix_ of a traced boolean mask{_at(user_where())}: "
+                                       "the number of positions it keeps depends on its "
+                                       "values; pass integer positions")
+            out.append(F.reshape(a, (1,) * k + (-1,) + (1,) * (nd - k - 1)))
+        else:
+            out.append(_originals.get("ix_", np.ix_)(*([np.zeros(0)] * k + [a] +
+                                                         [np.zeros(0)] * (nd - k - 1)))[k])
+    return tuple(out)
+
+
 def _bincount(x, weights=None, minlength=0):
     """np.bincount(labels, weights=w) with traced weights: a scatter-add of w into
     max(labels) + 1 bins (float64, as NumPy). Traced labels have no static length."""
     if _holds_tracer(x):
         raise UnsupportedError(
             f"np.bincount of traced integers{_at(user_where())}: its length, max(x) + 1, "
-            "depends on their values. Give the length yourself: counts = np.zeros(n); "
-            "np.add.at(counts, x, weights) (or 1 for plain counts)")
+            "depends on their values (minlength only bounds it from below). Give the length "
+            "yourself: counts = np.zeros(n); np.add.at(counts, x, weights) (or 1 for plain "
+            "counts)")
     x = np.asarray(x)
     n = len(np.bincount(x, minlength=minlength))    # NumPy's own checks of the labels
     if weights is None:
@@ -718,7 +739,7 @@ FUNCTIONS = {
     np.rot90: _rot90,
     np.flip: F.flip, np.argmax: _argmax, np.argmin: functools.partial(_argmax, neg=True),
     np.diag: F.diag, np.diagonal: F.diagonal, np.trace: F.trace_, np.tile: F.tile,
-    np.repeat: F.repeat, np.einsum: _einsum, np.fliplr: lambda x: F.flip(x, 1),
+    np.ix_: _ix, np.repeat: F.repeat, np.einsum: _einsum, np.fliplr: lambda x: F.flip(x, 1),
     np.flipud: lambda x: F.flip(x, 0),
 }
 FUNCTIONS.update({np.polyval: C.polyval, np.cross: C.cross,

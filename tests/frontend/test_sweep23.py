@@ -477,3 +477,33 @@ def test_numpys_views_write_through_and_show_later_writes(f):
     A = np.arange(9.0).reshape(3, 3) / 10
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(A), f(A.copy()), rtol=1e-14)
     assert adjit.gradcheck(f, A) < 1e-6
+
+
+def test_eigenvectors_of_a_repeated_eigenvalue_give_no_nan_to_a_projector():
+    u = np.array([1.0, 2.0, 2.0]) / 3
+    S = np.eye(3) + 0.5 * np.outer(u, u)        # eigenvalues 2, 2, 3 of S + S.T
+
+    def top(S):
+        _, E = np.linalg.eigh(S + S.T)
+        V = E[:, -1:]
+        return np.sum(V @ V.T * np.arange(9.0).reshape(3, 3))
+    g = adjit.grad(top)(S)
+    np.testing.assert_allclose(g, _numgrad(top, S), atol=1e-6)
+
+
+def test_ix_takes_traced_index_vectors():
+    K = np.arange(36.0).reshape(6, 6)
+
+    def f(K, tr):
+        return np.sum(K[np.ix_(tr, tr)] ** 2) + np.sum(
+            K[np.ix_([True, False, True, False, False, True], tr)])
+    tr = np.array([4, 0, 2])
+    assert float(adjit.compile(f)(K, tr)) == f(K, tr)
+    assert adjit.gradcheck(f, K, tr) < 1e-6
+
+
+def test_interp_with_sample_points_passed_as_an_argument_says_to_close_over_them():
+    with pytest.raises(adjit.UnsupportedError, match="argument 'ts'.*close over"):
+        adjit.compile(lambda t, ts, u: np.interp(t, ts, u))(0.5, np.arange(3.0), np.ones(3))
+    with pytest.raises(adjit.UnsupportedError, match="minlength only bounds it"):
+        adjit.compile(lambda w, y: np.bincount(y, w, minlength=3))(np.ones(3), np.arange(3))
