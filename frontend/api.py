@@ -563,13 +563,16 @@ def _note_parameters(tracers):
 
 
 # -- public transformations -------------------------------------------------------------------
-def grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
+def grad(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """The gradient of a scalar function, with the structure of args[argnums].
 
     >>> import numpy as np, adjit
     >>> adjit.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
+    if fn is None:      # @adjit.grad(argnums=1): a decorator with options
+        return lambda f: grad(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                              **compile_options)
     return _transformation(grad, fn, argnums, static_argnums, compile_options,
                            lambda static: _make_grad(fn, argnums, has_aux, static,
                                                      compile_options), has_aux=has_aux)
@@ -605,7 +608,7 @@ def _make_grad(fn, argnums, has_aux, static, compile_options):
                     **compile_options)
 
 
-def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
+def value_and_grad(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """(fn(*args), grad) in one program; with has_aux, fn returns (loss, aux).
 
     >>> import numpy as np, adjit
@@ -613,6 +616,9 @@ def value_and_grad(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile
     >>> float(v), g
     (9.0, array([6.]))
     """
+    if fn is None:      # @adjit.value_and_grad(argnums=1): a decorator with options
+        return lambda f: value_and_grad(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                              **compile_options)
     return _transformation(value_and_grad, fn, argnums, static_argnums, compile_options,
                            lambda static: Compiled(
                                fn, _grad_traced(fn, argnums, has_aux, True, static),
@@ -815,7 +821,7 @@ def _check_integer_tangents(primals, tangents):
                 "tangent (np.zeros_like(labels))")
 
 
-def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
+def jacobian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """The Jacobian of fn with respect to args[argnums], structured as in JAX: for each
     output leaf of shape S and each input leaf of shape T an array of shape S + T, nested as
     the output's structure holding args[argnums]'s structure (a tuple of them when argnums is
@@ -828,6 +834,9 @@ def jacobian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_optio
     array([[2., 0.],
            [0., 4.]])
     """
+    if fn is None:      # @adjit.jacobian(argnums=1): a decorator with options
+        return lambda f: jacobian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                              **compile_options)
     return _transformation(jacobian, fn, argnums, static_argnums, compile_options,
                            lambda static: _make_jacobian(fn, argnums, has_aux, static,
                                                          compile_options), has_aux=has_aux)
@@ -940,7 +949,7 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
     return blocks
 
 
-def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
+def hessian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
     """The Hessian of a scalar fn with respect to args[argnums]: shape x.shape + x.shape
     (nested like jacobian for pytrees and argnums tuples, as in JAX). With has_aux, fn
     returns (loss, aux) and the result is (hessian, aux).
@@ -950,6 +959,9 @@ def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_option
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
+    if fn is None:      # @adjit.hessian(argnums=1): a decorator with options
+        return lambda f: hessian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
+                              **compile_options)
     def make(static):
         inner = _make_jacobian(_make_grad(fn, argnums, has_aux, static, {}), argnums, has_aux,
                                static, {})
@@ -971,7 +983,7 @@ def hessian(fn, argnums=0, *, has_aux=False, static_argnums=(), **compile_option
                            has_aux=has_aux)
 
 
-def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
+def hvp(fn=None, argnums=0, *, static_argnums=(), **compile_options):
     """h(*args, v) = (Hessian of fn at args) @ v, by forward mode over reverse mode; v has
     the structure of args[argnums] (a tuple of them when argnums is a tuple).
 
@@ -979,6 +991,9 @@ def hvp(fn, argnums=0, *, static_argnums=(), **compile_options):
     >>> adjit.hvp(lambda x: np.sum(x ** 3))(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
+    if fn is None:      # @adjit.hvp(argnums=1): a decorator with options
+        return lambda f: hvp(f, argnums, static_argnums=static_argnums,
+                              **compile_options)
     if "has_aux" in compile_options:
         raise OptionError("hvp takes no has_aux: pass a function that returns the loss alone "
                           "(functools.partial or a lambda that drops the aux value)")

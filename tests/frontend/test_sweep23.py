@@ -507,3 +507,18 @@ def test_interp_with_sample_points_passed_as_an_argument_says_to_close_over_them
         adjit.compile(lambda t, ts, u: np.interp(t, ts, u))(0.5, np.arange(3.0), np.ones(3))
     with pytest.raises(adjit.UnsupportedError, match="minlength only bounds it"):
         adjit.compile(lambda w, y: np.bincount(y, w, minlength=3))(np.ones(3), np.arange(3))
+
+
+def test_transformations_as_decorators_with_options():
+    @adjit.grad(argnums=1)
+    def f(a, b):
+        return np.sum(a * b ** 2)
+
+    @adjit.value_and_grad(has_aux=True)
+    def g(a):
+        return np.sum(a ** 2), a * 2
+    np.testing.assert_array_equal(f(np.ones(2), np.arange(2.0)), [0.0, 2.0])
+    (v, aux), gr = g(np.ones(2))
+    assert float(v) == 2.0 and np.array_equal(gr, [2.0, 2.0]) and np.array_equal(aux, [2, 2])
+    np.testing.assert_array_equal(adjit.hessian(argnums=0)(lambda a: np.sum(a ** 3))(
+        np.ones(2)), 6 * np.eye(2))
