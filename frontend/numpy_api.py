@@ -2463,8 +2463,14 @@ class Table(np.ndarray):
         key = (plain.__array_interface__["data"][0], plain.shape, plain.strides,
                plain.dtype.str)
         got = cache.get(key)
-        if got is None or got[0] is not self.base and got[0] is not self:
-            got = cache[key] = (self.base if self.base is not None else self, B._lifted(plain))
+        owner = self.base if self.base is not None else self
+        # the same array, holding the same numbers (it may be written between two reads)
+        if got is None or got[0] is not owner or not np.array_equal(got[2], plain,
+                                                                    equal_nan=True):
+            t = B._lifted(plain)
+            value = (ctx.graph[t.id]["attrs"]["value"] if isinstance(t, Tracer)
+                     else plain.copy())
+            got = cache[key] = (owner, t, value)
         return got[1]
 
     def take(self, indices, axis=None, out=None, mode="raise"):

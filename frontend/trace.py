@@ -477,9 +477,10 @@ def _name_the_prebound_numpy(e):
 
 
 def _name_the_post_init(e):
-    """An attribute that a dataclass argument's __post_init__ (or __init__) sets outside its
-    fields is missing: adjit rebuilds dataclass arguments from their fields (traced)
-    without calling __init__. Say so, and what to do."""
+    """An attribute that a dataclass argument's __post_init__ sets outside its fields is
+    missing: adjit rebuilds dataclass arguments from their fields (traced) without calling
+    __init__ or __post_init__. Say so, and what to do (only for a class with a
+    __post_init__: another missing attribute is a misspelling, which Python's message says)."""
     import dataclasses
     obj, name = getattr(e, "obj", None), getattr(e, "name", None)
     if not isinstance(e, AttributeError) or name is None or obj is None or \

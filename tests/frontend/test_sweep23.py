@@ -522,3 +522,18 @@ def test_transformations_as_decorators_with_options():
     assert float(v) == 2.0 and np.array_equal(gr, [2.0, 2.0]) and np.array_equal(aux, [2, 2])
     np.testing.assert_array_equal(adjit.hessian(argnums=0)(lambda a: np.sum(a ** 3))(
         np.ones(2)), 6 * np.eye(2))
+
+
+_WRITTEN = np.array([1.0, 2.0, 3.0])
+
+
+def test_a_module_array_written_between_two_traced_reads_gives_each_its_numbers():
+    def f(x):
+        a = _WRITTEN[np.argmax(x)]
+        _WRITTEN[2] = 10.0
+        b = _WRITTEN[np.argmax(x)]
+        _WRITTEN[2] = 3.0
+        return a * x + b
+    x = np.array([0.1, 0.2, 0.9])
+    np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
+    np.testing.assert_array_equal(_WRITTEN, [1.0, 2.0, 3.0])
