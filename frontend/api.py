@@ -410,6 +410,8 @@ def compile(fn=None, *, backend="auto", fuse=True, checkpoint=None, memory_budge
     opts = dict(backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
                 static_argnums=static, **backend_options)
     c = _cached("compile", fn, lambda: Compiled(fn, **opts), opts)
+    if isinstance(fn, Compiled):
+        c._tail_keyword = fn._tail_keyword   # compile(hvp(f))(x, v, scale=3.0): v stays last
     c._rebuild = lambda f, new=None: compile(
         f, backend=backend, fuse=fuse, checkpoint=checkpoint, memory_budget=memory_budget,
         static_argnums=static if new is None else new, **backend_options)

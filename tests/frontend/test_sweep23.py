@@ -537,3 +537,10 @@ def test_a_module_array_written_between_two_traced_reads_gives_each_its_numbers(
     x = np.array([0.1, 0.2, 0.9])
     np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
     np.testing.assert_array_equal(_WRITTEN, [1.0, 2.0, 3.0])
+
+
+def test_compile_of_hvp_keeps_v_last_with_keywords():
+    def f(x, y, scale=1.0):
+        return np.sum(x ** 3 * y) * scale
+    x, y, v = np.array([1.0, 2.0]), np.ones(2), np.array([1.0, 0.0])
+    np.testing.assert_array_equal(adjit.compile(adjit.hvp(f))(x, y, v, scale=3.0), [18.0, 0.0])
