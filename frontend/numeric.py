@@ -837,10 +837,20 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     idx = x.ctx.emit("const", [], {"value": pos, "dtype": pos.dtype})
     flat = F.ravel(x)
     r = x.ctx.emit("gather", [flat, idx], {"key": (("a", 0),)})
+    # NumPy's is a read-only view of x: later writes into x show through it
     if flat.base is not None or flat is x or x.ndim == 1:
-        # NumPy's is a read-only view of x: later writes into x show through it
         r.view_of(flat, "gather", {"key": (("a", 0),)}, (pos,), writable=False)
+    elif pos.size <= _VIEW_POSITIONS:
+        # x is itself a strided view (M.T): its positions per axis (a copy of the windows'
+        # positions, so bounded)
+        per_axis = np.unravel_index(pos, shape)
+        r.view_of(x, "gather", {"key": tuple(("a", k) for k in range(len(shape)))},
+                  per_axis, writable=False)
     return r
+
+
+# the most window positions a view of a strided array holds as index arrays (one per axis)
+_VIEW_POSITIONS = 1 << 22
 
 
 # -- finite differences and polynomial matrices -------------------------------------------------

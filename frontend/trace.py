@@ -192,9 +192,10 @@ def trace(fn, *args, static_argnums=(), differentiated=False):
     with numpy_api.seeing_tables():
         try:
             return _trace(fn, args, static_argnums, differentiated)
-        except Exception:  # noqa: BLE001 - the first trace's error is the user's to see
-            pass
-    raise first
+        except TraceError as e:
+            if str(e).startswith(_TABLE_ERRORS):
+                raise first from None   # the same kind of failure: the first one's line
+            raise   # the second trace got past the first's failure: the next problem
 
 
 # the errors a second trace with Tables may avoid: NumPy asked a traced value for its

@@ -148,6 +148,13 @@ def check_options(checkpoint=None, memory_budget=None):
 
 
 # -- analysis ---------------------------------------------------------------------------------
+# a data value computed from the inputs by at most this many elementwise data nodes (an SDE's
+# noise term np.exp(mu + s * Z[t])) is light: cheap to recompute from the inputs, it is no
+# passenger of a cut and is computed in the stage that reads it, so each step's own term
+# does not cross every checkpoint
+LIGHT_DEPTH = 6
+
+
 @dataclass
 class _Analysis:
     g: Graph
@@ -161,6 +168,7 @@ class _Analysis:
     chain: list = field(default_factory=list)       # candidate checkpoints, nested
     cross: dict = field(default_factory=dict)       # candidate -> bytes of what crosses it
     stage: dict = field(default_factory=dict)       # data node -> index of its stage
+    light: set = field(default_factory=set)         # data nodes cheap to recompute (above)
     scratch: object = None                          # the backend's temporaries per node
     donate: dict = field(default_factory=dict)      # donation options of schedule.plan
 
@@ -196,6 +204,7 @@ def _analyze(g: Graph, scratch=None, every_input_data=False) -> _Analysis:
     saved = {n for n in data if n not in outputs and any(u in back for u in g.users(n))}
     storage = {n: alloc[base[n]] for n in nodes}
     a = _Analysis(g, back, free, floating, data, saved, storage, base, scratch=scratch)
+    a.light = _light(g, data)
     _find_candidates(a)
     if a.m < 2:
         strict = (a.chain, a.cross, dict(a.stage))
@@ -203,6 +212,27 @@ def _analyze(g: Graph, scratch=None, every_input_data=False) -> _Analysis:
         if a.m <= len(strict[0]):
             a.chain, a.cross, a.stage = strict
     return a
+
+
+def _light(g, data) -> set:
+    """The data nodes that at most LIGHT_DEPTH elementwise or view nodes compute from the
+    inputs (each of their data arguments light too): no matrix product or reduction, whose
+    recomputation would be real work."""
+    from ..ir.ops import OPS
+    inside = set(data)
+    size, light = {}, set()
+    for n in data:
+        args = [x for x in g.args(n) if x in inside]
+        if any(x not in light for x in args):
+            continue
+        opdef = OPS.get(g[n]["op"])
+        if opdef is None or opdef.fusion not in ("map", "broadcast") and opdef.kind != "view":
+            continue    # elementwise steps and views only: a product or a sum is work
+        total = 1 + sum(size[x] for x in args)
+        if total <= LIGHT_DEPTH:
+            size[n] = total
+            light.add(n)
+    return light
 
 
 def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
@@ -222,6 +252,7 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
             p |= parents[u]
         desc[n], parents[n] = d, p
     saved = sum(1 << idx[n] for n in a.saved)
+    light = sum(1 << idx[n] for n in a.light)
     cands, cross = [], {}
     # a value far smaller than the activations (the 0-d -k of a spring force -k * x, computed
     # from a data input once) is no useful cut, and as the first candidate it would keep the
@@ -229,8 +260,8 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
     tiny = max((a.storage[n] for n in data), default=0) / TINY_SHARE
     for c in data:
         if not users[c] or kind(g[c]["op"]) == "view" or a.storage[c] == 0 or \
-                a.storage[c] < tiny:
-            continue
+                a.storage[c] < tiny or c in a.light:
+            continue         # (a light value is recomputed from the inputs: no cut)
         after, par = 0, 0
         for u in users[c]:
             after |= desc[u]
@@ -239,6 +270,10 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
             continue         # nothing after c for the backward (an auxiliary output's branch)
         x = par & ~after     # values computed without c and read after it
         x &= ~(1 << idx[c])
+        if x & light:
+            # light ones are recomputed where they are read (_assign_stages), unless c needs
+            # them itself (then they are made before it and cross it)
+            x &= ~(light & ~_ancestors_bits(a, c, idx))
         if x.bit_count() > 4 * MAX_PASSENGERS:
             continue         # (bounds the walk below; few of so many would be tiny)
         extra, big, count = 0, 0, 0
@@ -264,8 +299,23 @@ def _find_candidates(a: _Analysis, share=PASSENGER_SHARE):
         _assign_stages(a)
 
 
+def _ancestors_bits(a, c, idx):
+    """The light data nodes c is computed from, as a bit set (walks light nodes only)."""
+    bits, todo, seen = 0, [c], set()
+    while todo:
+        n = todo.pop()
+        for x in a.g.args(n):
+            if x in a.light and x not in seen:
+                seen.add(x)
+                bits |= 1 << idx[x]
+                todo.append(x)
+    return bits
+
+
 def _assign_stages(a: _Analysis):
-    """Stage t holds the data nodes after candidate t-1, up to and including candidate t."""
+    """Stage t holds the data nodes after candidate t-1, up to and including candidate t; a
+    light node that is no candidate goes to the first stage that reads it (it is computed,
+    and recomputed, there)."""
     pos = {c: t for t, c in enumerate(a.chain)}
     stage = {}
     for n in a.data:
@@ -274,6 +324,12 @@ def _assign_stages(a: _Analysis):
             if x in stage:
                 s = max(s, stage[x], pos[x] + 1 if x in pos else 0)
         stage[n] = s
+    inside = set(a.data)
+    for n in reversed(a.data):
+        if n in a.light and n not in pos:
+            readers = [stage[u] for u in a.g.users(n) if u in inside]
+            if readers:
+                stage[n] = max(stage[n], min(readers))
     a.stage = stage
 
 

@@ -58,15 +58,23 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
             tries.append(_run(simple, steps + [("schedule", scheduled)], debug))
         except BudgetError as e:
             failed = failed or e
+    peaks = [memory_report(x).peak_bytes for x in tries]
+    if memory_budget is not None:
+        # fusion after the checkpoint pass may move the peak it fitted: only a program whose
+        # final schedule fits counts (else the checkpoint pass's BudgetError, as without it)
+        fits = [(x, p) for x, p in zip(tries, peaks) if p <= memory_budget]
+        if not fits:
+            if failed is not None:
+                raise BudgetError(f"{failed} (with fusion; fuse=False keeps each step's "
+                                  "values apart and may fit)") from None
+            raise BudgetError(
+                f"memory_budget={memory_budget} bytes: no checkpointing of the fused program "
+                f"fits (lowest static peak {min(peaks)} bytes); fuse=False may, or raise the "
+                "budget")
+        tries, peaks = [x for x, _ in fits], [p for _, p in fits]
     if len(tries) < 2:
-        if not tries:
-            raise failed
         return tries[0]
-    (first, a), (second, b) = ((x, memory_report(x).peak_bytes) for x in tries)
-    over = [memory_budget is not None and p > memory_budget for p in (a, b)]
-    if over[0] != over[1]:
-        return second if over[0] else first
-    return second if b < (1 - _BETTER) * a else first
+    return tries[1] if peaks[1] < (1 - _BETTER) * peaks[0] else tries[0]
 
 
 # the checkpointed-then-fused program replaces the fused-then-checkpointed one when its

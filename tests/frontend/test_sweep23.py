@@ -544,3 +544,29 @@ def test_compile_of_hvp_keeps_v_last_with_keywords():
         return np.sum(x ** 3 * y) * scale
     x, y, v = np.array([1.0, 2.0]), np.ones(2), np.array([1.0, 0.0])
     np.testing.assert_array_equal(adjit.compile(adjit.hvp(f))(x, y, v, scale=3.0), [18.0, 0.0])
+
+
+_T3 = np.arange(10.0)
+
+
+def test_when_the_second_trace_fails_elsewhere_its_error_is_shown():
+    def f(x, idx):
+        y = x * _T3[idx]
+        if y.sum() > 0:             # the real problem, past the table
+            y = -y
+        return np.sum(y)
+    with pytest.raises(adjit.TraceError, match="adjit.where"):
+        adjit.compile(f, backend="numpy")(np.ones(3), np.array([1, 2, 3]))
+
+
+def test_windows_of_a_strided_array_show_later_writes():
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    def f(x):
+        M = x * 1.0
+        w = sliding_window_view(M.T, 2, axis=0)
+        M[0] = 0.0
+        return np.sum(w)
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    assert float(adjit.compile(f, backend="numpy")(x)) == f(x)
+    np.testing.assert_array_equal(adjit.grad(f)(x), [[0, 0, 0], [1, 2, 1]])
