@@ -72,7 +72,7 @@ class Buffer(np.ndarray):
 
     # -- reading ---------------------------------------------------------------------------
     def __getattribute__(self, name):
-        if name[:1] == "_" or name in _PLAIN_ATTRS:
+        if name[:1] == "_" or name in _PLAIN_ATTRS or name in _WRITERS:
             return np.ndarray.__getattribute__(self, name)
         tv = traced_value(self)
         if tv is None:
@@ -134,8 +134,16 @@ class Buffer(np.ndarray):
 
     # -- writing ---------------------------------------------------------------------------
     def fill(self, value):
-        """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x)))."""
+        """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x))); through a view taken
+        before the array held traced values too (it is stored like x[...] = v)."""
         self[...] = value
+
+    def sort(self, axis=-1, kind=None, order=None, *, stable=None):
+        """x.sort(): the sorted values stored back, so a view sorts its owner's elements."""
+        if traced_value(self) is None:
+            np.ndarray.sort(self, axis=axis, kind=kind, order=order, stable=stable)
+            return
+        self[...] = np.sort(resolve(self), axis=axis, kind=kind)
 
     def put(self, indices, values, mode="raise"):
         """x.put(i, v): v may be traced, as np.put(x, i, v)."""
@@ -287,6 +295,16 @@ class Buffer(np.ndarray):
                 out[...] = r
                 return out
             if _holds_promoted((args, kwargs)):
+                from .numpy_api import _VIEWS
+                if func in _VIEWS and not any(isinstance(x, Tracer)
+                                              for x in _leaves((args, kwargs))):
+                    # np.swapaxes(b.view(), 0, 1): NumPy's view through the array's own
+                    # methods (a Buffer view, or its value's view), so later writes show
+                    r = super().__array_function__(func, types, args, kwargs)
+                    if type(r) in PLAIN_TYPES:      # np.einsum's plain view of the memory
+                        r = views_of_buffers(r, (args, kwargs))
+                    if isinstance(r, (Buffer, Tracer)):
+                        return r
                 return func(*_resolve_tree(args), **_resolve_tree(kwargs))
             if any(issubclass(t, Tracer) for t in types):
                 return NotImplemented  # a Tracer argument: its own dispatch takes it
@@ -366,6 +384,9 @@ class FlatIter:
 # attributes that never need the traced value (and that NumPy reads internally)
 _PLAIN_ATTRS = frozenset(("shape", "dtype", "ndim", "size", "itemsize", "nbytes", "base",
                           "strides", "flags", "view"))
+# methods that write: the Buffer's own, which store into it (its owner's elements when it is
+# a view), not its traced value's (a value read from the owner, written where no one looks)
+_WRITERS = frozenset(("fill", "put", "sort"))
 
 
 # methods whose arguments may be traced values while the array holds none (h.dot(W) of a

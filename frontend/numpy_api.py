@@ -499,9 +499,12 @@ def _require(a, dtype=None, requirements=None, *, like=None):
     """np.require: a in dtype; the layout flags ('C', 'F', 'A', 'W', 'O', 'E') ask nothing of
     a traced value but 'O' and 'E', a new array, as in NumPy."""
     r = F.cast(a, dtype) if dtype is not None else a
-    req = {str(q).upper()[:1] for q in (requirements or ())}
-    if r is a and isinstance(r, Tracer) and req & {"O", "E"}:
-        r = r.copy_()
+    req = {str(q).upper()[:1] for q in ((requirements,) if isinstance(requirements, str)
+                                        else requirements or ())}
+    if r is a and isinstance(r, Tracer) and (
+            req & {"O", "E"} or ("F" in req and r.ndim > 1 and not _f_contiguous(r)) or
+            ("C" in req and _strided(r))):
+        r = r.copy_()       # NumPy copies to give the layout asked for
     return r
 
 
@@ -2060,6 +2063,12 @@ def _accepting(orig):
                 out = out.astype(dtype)
             elif _forces_copy(copy) and out is B.resolve(obj):
                 out = out.copy()    # np.asarray(u, dtype=u.dtype) is u itself, as in NumPy
+            elif out is B.resolve(obj) and out.ndim > 1 and isinstance(out.re, Tracer) and (
+                    (orig.__name__ == "asfortranarray" or kwargs.get("order") == "F") and
+                    not _f_contiguous(out.re) or
+                    (orig.__name__ == "ascontiguousarray" or kwargs.get("order") == "C") and
+                    _strided(out.re)):
+                out = out.copy()    # the layout asked for needs a copy, as in NumPy
             ndmin = kwargs.get("ndmin", args[4] if len(args) > 4 else 0)
             if orig.__name__ == "array" and ndmin and out.ndim < ndmin:
                 out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
@@ -2094,9 +2103,16 @@ def _accepting(orig):
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
                     kwargs.get("copy")))):
             return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
-        if orig.__name__ == "asfortranarray" and out is B.resolve(obj) and out.ndim > 1 \
-                and not _f_contiguous(out):
+        order = kwargs.get("order")
+        if (orig.__name__ == "asfortranarray" or (
+                orig.__name__ in ("asarray", "asanyarray", "array") and order == "F")) and \
+                out is B.resolve(obj) and out.ndim > 1 and not _f_contiguous(out):
+            if orig.__name__ == "array" and kwargs.get("copy", True) is False:
+                raise ValueError("Unable to avoid copy while creating an array as requested.")
             return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
+        if orig.__name__ in ("asarray", "asanyarray") and order == "C" and \
+                out is B.resolve(obj) and _strided(out):
+            return out.copy_()  # a C-ordered copy of a strided view
         if orig.__name__ == "ascontiguousarray" and out is B.resolve(obj) and _strided(out):
             return out.copy_()  # of a strided view (z.T, x[::2]) NumPy makes a copy
         return out

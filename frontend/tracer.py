@@ -576,10 +576,15 @@ class Tracer:
         self.bver = self.base.ver
 
     def layout_probe(self) -> np.ndarray:
-        """An int8 array with this view's shape and strides relative to its base."""
+        """An int8 array with this view's shape and strides relative to its base. A view made
+        by a gather (np.diagonal, an einsum diagonal, windows) is no strided view NumPy would
+        keep contiguous: its probe is a strided one (contiguous in neither order)."""
         probe = np.empty(self.base.shape, np.int8)
         for op, attrs, consts, _ in self.chain:
             probe = OPS[op].numpy(probe, *consts, **attrs)
+        if any(op == "gather" for op, _, _, _ in self.chain) and probe.size > 1:
+            probe = np.empty(tuple(d * 2 for d in probe.shape), np.int8)[
+                tuple(slice(None, None, 2) for _ in probe.shape)]
         return probe
 
     def copy_(self) -> "Tracer":

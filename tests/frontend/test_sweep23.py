@@ -570,3 +570,88 @@ def test_windows_of_a_strided_array_show_later_writes():
     x = np.arange(1.0, 7.0).reshape(2, 3)
     assert float(adjit.compile(f, backend="numpy")(x)) == f(x)
     np.testing.assert_array_equal(adjit.grad(f)(x), [[0, 0, 0], [1, 2, 1]])
+
+
+def _fill_through_an_earlier_view(x):
+    b = np.zeros((2, 3))
+    r = b[1]
+    b[0] = x[0]
+    r.fill(x[1])
+    return b
+
+
+def _fill_a_reshaped_array(x):
+    b = np.zeros(6).reshape(2, 3)
+    b[0] = x[0]
+    b.fill(x[1])
+    return b
+
+
+def _sort_through_an_earlier_view(x):
+    b = np.zeros((2, 3))
+    r = b[:, ::-1]
+    b[0] = x
+    b[1] = x * 2
+    r.sort(axis=0)
+    return b
+
+
+def _asarray_in_fortran_order_copies(x):
+    c = np.asarray(x, order="F")
+    c[0, 0] = 100.0
+    return x * 1.0 + c
+
+
+def _require_fortran_copies(x):
+    b = x * 1.0
+    c = np.require(b, requirements="F")
+    b[...] = 0.0
+    return c
+
+
+def _contiguous_copy_of_a_diagonal(x):
+    b = x * 1.0
+    d = np.ascontiguousarray(b.diagonal())
+    b[...] = 0.0
+    return d
+
+
+def _complex_fortran_copy(x):
+    z = x * (1 + 0j)
+    c = np.asfortranarray(z)
+    c[0, 0] = 100.0
+    return z.real + c.imag
+
+
+def _swapaxes_of_a_view_method(x):
+    b = np.zeros((3, 3))
+    b[...] = x
+    v = np.swapaxes(b.view(), 0, 1)
+    b[...] = 2 * x
+    return v
+
+
+def _transpose_of_a_view_sees_two_writes(x):
+    M = np.zeros((3, 3))
+    P = M[1:]
+    v = np.transpose(P)
+    w = np.transpose(P)
+    w -= x[0, 0]
+    w = np.einsum('ij->ji', P)
+    w -= x[1, 1]
+    return v
+
+
+@pytest.mark.parametrize("f", [_fill_through_an_earlier_view, _fill_a_reshaped_array,
+                               _sort_through_an_earlier_view, _asarray_in_fortran_order_copies,
+                               _require_fortran_copies, _contiguous_copy_of_a_diagonal,
+                               _complex_fortran_copy, _swapaxes_of_a_view_method,
+                               _transpose_of_a_view_sees_two_writes])
+def test_views_and_copies_through_numpys_layout_rules(f):
+    x = np.arange(1.0, 10.0).reshape(3, 3) / 4
+    arg = x[0] if f in (_fill_through_an_earlier_view, _fill_a_reshaped_array) else x
+    arg = x[0] if f is _sort_through_an_earlier_view else arg
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(arg), f(arg.copy()),
+                               rtol=1e-15)
+    loss = lambda a: np.sum(f(a) * np.arange(np.size(f(a))).reshape(np.shape(f(a))))  # noqa: E731
+    assert adjit.gradcheck(loss, arg) < 1e-6
