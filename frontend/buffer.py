@@ -132,6 +132,11 @@ class Buffer(np.ndarray):
         would read the memory behind adjit's back)."""
         return FlatIter(lambda: self.reshape(-1), self.shape, self)
 
+    @flat.setter
+    def flat(self, value):
+        """x.flat = v: every element, v repeated as NumPy repeats it."""
+        FlatIter(lambda: self.reshape(-1), self.shape, self)[...] = value
+
     # -- writing ---------------------------------------------------------------------------
     def fill(self, value):
         """x.fill(v): v may be traced (np.zeros(3).fill(np.max(x))); through a view taken
@@ -352,7 +357,20 @@ class FlatIter:
         return r.copy() if isinstance(r, np.ndarray) else r
 
     def __setitem__(self, key, value):
-        self._flat()[key] = value
+        """x.flat[k] = v: stored at x's elements in C order (a view's too: x.T.flat), the
+        values repeated as NumPy's flatiter repeats them (x.flat[:4] = [7, 8])."""
+        n = len(self)
+        idx = np.arange(n)[key]
+        coords = np.unravel_index(idx, self._shape)
+        v = resolve(value)
+        m = int(np.size(v)) if not isinstance(v, Tracer) else int(v.size)
+        if idx.size and m not in (1, idx.size):
+            reps = -(-idx.size // m)
+            v = np.tile(np.ravel(v), reps)[:idx.size].reshape(idx.shape) if isinstance(
+                v, Tracer) else np.resize(np.asarray(v), idx.shape)
+        elif m == idx.size and np.ndim(v) != idx.ndim:
+            v = np.reshape(v, idx.shape)
+        self.base[coords] = v
 
     def __len__(self):
         return int(math.prod(self._shape))

@@ -40,6 +40,17 @@ class ComplexTracer:
         self.re, self.im = re, im
         self._parts = None
 
+    @property
+    def flat(self):
+        """z.flat: writes go to z's elements in C order, reads are copies (as in NumPy)."""
+        from .buffer import FlatIter
+        return FlatIter(lambda: self.reshape(-1), self.shape, self)
+
+    @flat.setter
+    def flat(self, value):
+        from .buffer import FlatIter
+        FlatIter(lambda: self.reshape(-1), self.shape, self)[...] = value
+
     def parts(self):
         """The parts (..., 2) as one traced array: the transform's result this came from
         while neither part has been written since, else the two stacked."""

@@ -1943,7 +1943,7 @@ def _install():
     T.fill = lambda s, value: _setitem(s, Ellipsis, value)
     T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
     T.imag = property(lambda s: F.zeros_like(s))
-    T.flat = property(_flat)
+    T.flat = property(_flat, _set_flat)
     T.view = _view
     T.nonzero = lambda s: _unsupported("ndarray.nonzero (its size depends on the data; use "
                                        "adjit.where)")
@@ -1964,12 +1964,14 @@ def _method_out(name, fn):
 
 
 def _flat(s):
-    """x.flat: writes x.flat[i] = v go to x, reads are copies, as in NumPy."""
-    r = _reshape(s, -1)
-    if r is not s and r.base is None:
-        raise UnsupportedError(f"x.flat of a non-contiguous view{_at(user_where())}; use "
-                               "x.reshape(-1) on a copy, or index x directly")
-    return B.FlatIter(lambda: r, s.shape, s)
+    """x.flat: writes x.flat[i] = v go to x's elements in C order (a view's too), reads are
+    copies of its current values, as in NumPy."""
+    return B.FlatIter(lambda: _reshape(s, -1), s.shape, s)
+
+
+def _set_flat(s, value):
+    """x.flat = v: every element of x, v repeated as NumPy's flatiter repeats it."""
+    B.FlatIter(lambda: _reshape(s, -1), s.shape, s)[...] = value
 
 
 def _python_op(fn, x, y):

@@ -655,3 +655,26 @@ def test_views_and_copies_through_numpys_layout_rules(f):
                                rtol=1e-15)
     loss = lambda a: np.sum(f(a) * np.arange(np.size(f(a))).reshape(np.shape(f(a))))  # noqa: E731
     assert adjit.gradcheck(loss, arg) < 1e-6
+
+
+def _flat_writes(x):
+    b = np.zeros((2, 3))
+    b.T.flat[1:5] = x[:4]              # through a non-contiguous view of an array made inside
+    y = x.reshape(2, 3) * 1.0
+    y.flat = [7.0, 8.0]                # repeated, as NumPy's flatiter repeats it
+    y.T.flat[1:3] = x[:2]
+    return b + y
+
+
+def test_flat_writes_reach_the_array_in_c_order():
+    x = np.arange(1.0, 7.0)
+    np.testing.assert_array_equal(adjit.compile(_flat_writes, backend="numpy")(x),
+                                  _flat_writes(x.copy()))
+    assert adjit.gradcheck(lambda x: np.sum(_flat_writes(x) * np.arange(6).reshape(2, 3)),
+                           x) < 1e-6
+
+    def g(x):
+        z = x * (1 + 0.5j)
+        z.flat = [7.0, 8.0]
+        return z
+    np.testing.assert_array_equal(adjit.compile(g)(x[:4]), g(x[:4].copy()))
