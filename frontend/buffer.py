@@ -192,6 +192,10 @@ class Buffer(np.ndarray):
         if owner._shadow is None and not _holds_traced(value) and not _holds_traced(key):
             np.ndarray.__setitem__(self, key, value)
             return
+        if not np.ndarray.__getattribute__(self, "flags").writeable:
+            # NumPy's read-only views (np.broadcast_to, x.diagonal(), windows) refuse writes,
+            # traced ones too
+            raise ValueError("assignment destination is read-only")
         _promote(owner)
         if owner is self:
             owner._shadow[key] = resolve(value)

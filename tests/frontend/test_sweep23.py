@@ -678,3 +678,16 @@ def test_flat_writes_reach_the_array_in_c_order():
         z.flat = [7.0, 8.0]
         return z
     np.testing.assert_array_equal(adjit.compile(g)(x[:4]), g(x[:4].copy()))
+
+
+@pytest.mark.parametrize("view", [lambda b: b.diagonal(), lambda b: np.broadcast_to(b[0], (2, 3)),
+                                  lambda b: np.lib.stride_tricks.sliding_window_view(b, 2, 1)])
+def test_read_only_views_of_arrays_made_inside_refuse_traced_writes(view):
+    def f(x):
+        b = np.zeros((3, 3))
+        view(b)[...] = x[0]
+        return b
+    with pytest.raises(ValueError, match="read-only"):
+        f(np.ones(3))
+    with pytest.raises(ValueError, match="read-only"):
+        adjit.compile(f)(np.ones(3))
