@@ -2086,7 +2086,10 @@ def _accepting(orig):
             if views is not None:
                 return views    # np.array(b, copy=None), np.asarray(b, dtype=...): b's memory
             made = orig.__name__ == "array" or (isinstance(obj, (list, tuple)) and
-                                                orig.__name__ in ("asarray", "asanyarray"))
+                                                orig.__name__ in ("asarray", "asanyarray")) \
+                or (isinstance(obj, B.Buffer) and type(r) is np.ndarray and
+                    not np.may_share_memory(r, np.ndarray.view(obj, np.ndarray)))
+            # (the copy np.ascontiguousarray(b.T) makes of an array made inside: made there)
             if made and type(r) is np.ndarray and r.dtype.kind in "biufc" and B._from_user():
                 return B.Buffer(r)  # np.array([0.0, 0.0]) may receive traced values
             return r

@@ -691,3 +691,16 @@ def test_read_only_views_of_arrays_made_inside_refuse_traced_writes(view):
         f(np.ones(3))
     with pytest.raises(ValueError, match="read-only"):
         adjit.compile(f)(np.ones(3))
+
+
+def test_layout_copies_of_arrays_made_inside_take_traced_values():
+    def f(x):
+        c = np.ascontiguousarray(np.zeros((2, 3)).T)
+        np.put(c, [0], x[0, 0])
+        c[1, 1] = x[0, 1]
+        d = np.asfortranarray(np.ones((2, 3)))
+        d += x
+        return c.T + d
+    x = np.arange(1.0, 7.0).reshape(2, 3)
+    np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
+    assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
