@@ -619,8 +619,8 @@ def value_and_grad(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **co
     (9.0, array([6.]))
     """
     if fn is None:      # @adjit.value_and_grad(argnums=1): a decorator with options
-        return lambda f: value_and_grad(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                              **compile_options)
+        return lambda f: value_and_grad(f, argnums, has_aux=has_aux,
+                                        static_argnums=static_argnums, **compile_options)
     return _transformation(value_and_grad, fn, argnums, static_argnums, compile_options,
                            lambda static: Compiled(
                                fn, _grad_traced(fn, argnums, has_aux, True, static),
@@ -837,8 +837,8 @@ def jacobian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_
            [0., 4.]])
     """
     if fn is None:      # @adjit.jacobian(argnums=1): a decorator with options
-        return lambda f: jacobian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                              **compile_options)
+        return lambda f: jacobian(f, argnums, has_aux=has_aux,
+                                  static_argnums=static_argnums, **compile_options)
     return _transformation(jacobian, fn, argnums, static_argnums, compile_options,
                            lambda static: _make_jacobian(fn, argnums, has_aux, static,
                                                          compile_options), has_aux=has_aux)
@@ -962,8 +962,8 @@ def hessian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_o
            [ 0., 12.]])
     """
     if fn is None:      # @adjit.hessian(argnums=1): a decorator with options
-        return lambda f: hessian(f, argnums, has_aux=has_aux, static_argnums=static_argnums,
-                              **compile_options)
+        return lambda f: hessian(f, argnums, has_aux=has_aux,
+                                 static_argnums=static_argnums, **compile_options)
     def make(static):
         inner = _make_jacobian(_make_grad(fn, argnums, has_aux, static, {}), argnums, has_aux,
                                static, {})
@@ -994,8 +994,7 @@ def hvp(fn=None, argnums=0, *, static_argnums=(), **compile_options):
     array([6., 0.])
     """
     if fn is None:      # @adjit.hvp(argnums=1): a decorator with options
-        return lambda f: hvp(f, argnums, static_argnums=static_argnums,
-                              **compile_options)
+        return lambda f: hvp(f, argnums, static_argnums=static_argnums, **compile_options)
     if "has_aux" in compile_options:
         raise OptionError("hvp takes no has_aux: pass a function that returns the loss alone "
                           "(functools.partial or a lambda that drops the aux value)")

@@ -719,8 +719,9 @@ class Tracer:
                       "argument, a copy made inside the function (np.array(table)[idx]), or "
                       "an array a global or closure variable names directly; one held in an "
                       "attribute, a dict or a list (self.table[idx], TABLES['a'][idx]) or made "
-                      "by a NumPy function ((edges * 2)[idx]) is not. Use the NumPy functions adjit supports "
-                      "(see adjit.frontend.numpy_api.FUNCTIONS), or make the argument static "
+                      "by a NumPy function ((edges * 2)[idx]) is not. Use the NumPy "
+                      "functions adjit supports (see adjit.frontend.numpy_api.FUNCTIONS), or "
+                      "make the argument static "
                       "(static_argnums=...) if it is a configuration value.")
         elif what.startswith(("float", "int")):
             advice = ("math.exp, math.sqrt, float(), int() and np.float64() need a number: use "
