@@ -255,6 +255,12 @@ def _ravel(a, order="C"):
         else r
 
 
+def _keeps_layout(flags, order) -> bool:
+    """Does np.asarray(a, order=order) return a itself, for an array with these flags?"""
+    return order in (None, "K", "A") or (order == "C" and flags.c_contiguous) or (
+        order == "F" and flags.f_contiguous)
+
+
 def _f_contiguous(t) -> bool:
     """Is t laid out in Fortran order (K.T of a C-ordered K): np.asfortranarray returns it
     itself, a view of what it views."""
@@ -2055,7 +2061,8 @@ def _accepting(orig):
         if isinstance(obj, B.FlatIter):
             obj = obj.copy()          # np.array(x.flat): x's values, flattened
         if (orig.__name__ in ("asarray", "asanyarray") and isinstance(obj, B.Buffer)
-                and not args and set(kwargs) <= {"order"}):
+                and not args and set(kwargs) <= {"order"} and _keeps_layout(
+                    np.ndarray.__getattribute__(obj, "flags"), kwargs.get("order"))):
             return obj   # the same array, as np.asarray(ndarray): writes reach it
         if CX.holds(obj):      # traced complex values (and lists of them)
             out = CX.from_nested(obj)

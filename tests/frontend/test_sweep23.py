@@ -704,3 +704,16 @@ def test_layout_copies_of_arrays_made_inside_take_traced_values():
     x = np.arange(1.0, 7.0).reshape(2, 3)
     np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(x), f(x))
     assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-6
+
+
+def test_asarray_in_fortran_order_of_an_array_made_inside_copies_it():
+    def f(x):
+        b = np.zeros((4, 6), np.float32)
+        b[...] = x
+        v = np.asarray(b, order="F")       # b is C-ordered: NumPy copies
+        w = v[::-1]
+        w *= 2.0
+        return b, v
+    x = np.arange(1.0, 25.0).reshape(4, 6)
+    for got, want in zip(adjit.compile(f, backend="numpy")(x), f(x)):
+        np.testing.assert_array_equal(got, want)
