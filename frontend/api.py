@@ -52,7 +52,7 @@ def _leaf_key(x):
 def _static_key(v):
     from .trace import refuse_generator
     refuse_generator(v, "a static argument")
-    key = _typed(v)
+    key = pytree.typed_key(v)
     try:
         hash(key)
     except TypeError:
@@ -60,10 +60,6 @@ def _static_key(v):
                         "or a dict or list of them) so compiled programs can be cached by its "
                         "value") from None
     return ("static", key)
-
-
-def _typed(v):
-    return pytree.typed_key(v)
 
 
 def pick_backend(name):
@@ -114,7 +110,7 @@ class Compiled:
         try:
             # by type and value, as static_argnums: 1, 1.0 and True are equal but trace apart
             # in the order given: f(x, **steps) may loop over steps.items()
-            key = tuple((k, _typed(v)) for k, v in kw_only.items())
+            key = tuple((k, pytree.typed_key(v)) for k, v in kw_only.items())
             hash(key)
         except TypeError:
             key = None

@@ -838,7 +838,7 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
     flat = F.ravel(x)
     r = x.ctx.emit("gather", [flat, idx], {"key": (("a", 0),)})
     # NumPy's is a read-only view of x: later writes into x show through it
-    if flat.base is not None or flat is x or x.ndim == 1:
+    if flat.base is not None or flat is x:
         r.view_of(flat, "gather", {"key": (("a", 0),)}, (pos,), writable=False)
     elif pos.size <= _VIEW_POSITIONS:
         # x is itself a strided view (M.T): its positions per axis (a copy of the windows'
@@ -1183,17 +1183,21 @@ def angle(z, deg=False):
     return F.mul(r, 180.0 / np.pi) if deg else r
 
 
+def _refuse_traced_samples(name, *data, bins=None):
+    if isinstance(B.resolve(bins), Tracer):
+        raise UnsupportedError(f"{name} with traced bins{_at(user_where())}: the edges must be "
+                               f"constants{B.resolve(bins).argument_hint()}")
+    if any(isinstance(B.resolve(d), Tracer) for d in data):
+        raise UnsupportedError(
+            f"{name} of traced data{_at(user_where())}: which bin a sample falls in is not "
+            "differentiable. Pass the samples as constants (traced weights are fine), or write "
+            "a soft histogram (e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
+
+
 def histogram(a, bins=10, range=None, density=None, weights=None):
     """np.histogram of constant data with traced weights: the weights summed per bin (NumPy's
     bins, the last one closed). Traced data would move samples between bins: refused."""
-    if isinstance(B.resolve(bins), Tracer) and not isinstance(B.resolve(a), Tracer):
-        raise UnsupportedError(f"np.histogram with traced bins{_at(user_where())}: the edges "
-                               f"must be constants{B.resolve(bins).argument_hint()}")
-    if isinstance(B.resolve(a), Tracer) or isinstance(B.resolve(bins), Tracer):
-        raise UnsupportedError(
-            f"np.histogram of traced data{_at(user_where())}: which bin a sample falls in is "
-            "not differentiable. Pass the data as a constant, or write a soft histogram "
-            "(e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
+    _refuse_traced_samples("np.histogram", a, bins=bins)
     a = np.asarray(a)
     edges = np.histogram_bin_edges(a, bins, range)
     if weights is None:
@@ -1212,17 +1216,6 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     if density:
         hist = F.div(hist, F.mul(F.sum(hist), np.diff(edges)))
     return hist, edges
-
-
-def _refuse_traced_samples(name, *data, bins=None):
-    if isinstance(B.resolve(bins), Tracer):
-        raise UnsupportedError(f"{name} with traced bins{_at(user_where())}: the edges must be "
-                               f"constants{B.resolve(bins).argument_hint()}")
-    if any(isinstance(B.resolve(d), Tracer) for d in data):
-        raise UnsupportedError(
-            f"{name} of traced data{_at(user_where())}: which bin a sample falls in is not "
-            "differentiable. Pass the samples as constants (traced weights are fine), or write "
-            "a soft histogram (e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
 
 
 def _binned(sample, edges, weights, density):

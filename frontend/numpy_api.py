@@ -600,9 +600,8 @@ def _ix(*args):
                                        "the number of positions it keeps depends on its "
                                        "values; pass integer positions")
             out.append(F.reshape(a, (1,) * k + (-1,) + (1,) * (nd - k - 1)))
-        else:
-            out.append(_originals.get("ix_", np.ix_)(*([np.zeros(0)] * k + [a] +
-                                                         [np.zeros(0)] * (nd - k - 1)))[k])
+        else:       # NumPy's own for one vector (booleans, empty lists), on axis k
+            out.append(np.ix_(a)[0].reshape((1,) * k + (-1,) + (1,) * (nd - k - 1)))
     return tuple(out)
 
 
@@ -2486,7 +2485,7 @@ class Table(np.ndarray):
         """This array as a constant of the active trace, one per memory layout and trace
         (an embedding table indexed forty times is one constant, not forty copies)."""
         ctx = current()
-        cache = ctx.__dict__.setdefault("tables", {}) if hasattr(ctx, "__dict__") else {}
+        cache = ctx.tables
         plain = np.ndarray.view(self, np.ndarray)
         key = (plain.__array_interface__["data"][0], plain.shape, plain.strides,
                plain.dtype.str)
@@ -2524,7 +2523,7 @@ class Table(np.ndarray):
         r = super().__array_function__(func, types, args, kwargs)
         if isinstance(r, Table) and not np.may_share_memory(r, self):
             r = r.view(np.ndarray)       # a new array: plain, or a Buffer below
-        return B._made_here(r, _leaves_of(args)) if isinstance(r, np.ndarray) else r
+        return B._made_here(r, list(B._leaves(args))) if isinstance(r, np.ndarray) else r
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
         if arr is self:
@@ -2544,11 +2543,6 @@ class Table(np.ndarray):
         """A new array made in the traced function, which may receive traced values."""
         r = np.ndarray.copy(np.ndarray.view(self, np.ndarray), order)
         return B.Buffer(r) if current() is not None and r.flags.c_contiguous else r
-
-
-def _leaves_of(args):
-    return [a for a in args if isinstance(a, np.ndarray)] + [
-        x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, np.ndarray)]
 
 
 B.PLAIN_TYPES = (np.ndarray, Table)

@@ -106,6 +106,7 @@ class TraceContext:
         # NumPy view of one taken before (np.broadcast_to(c, ...)) must not become a constant
         self.promoted = []
         self.buffers = []     # weak references to the Buffers made in this trace
+        self.tables = {}      # numpy_api.Table constants of this trace, by memory layout
 
     def capture(self, t: "Tracer") -> "Tracer":
         """An input of this graph standing for `t`, a tracer of an enclosing (still active)

@@ -3,15 +3,7 @@ import numpy as np
 import pytest
 
 import adjit
-
-
-def _numgrad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = eps
-        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
+from finite_differences import numgrad as _numgrad
 
 
 def _thomas(a, b, c, d):

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import adjit
+from finite_differences import numgrad as _numgrad
 
 
 def test_hvp_takes_v_last_when_other_arguments_come_by_keyword():
@@ -50,15 +51,6 @@ def test_a_scalar_true_beside_index_arrays_in_a_write():
     x = np.arange(5.0)
     np.testing.assert_array_equal(adjit.compile(f)(x), f(x))
     assert adjit.gradcheck(lambda x: np.sum(f(x) ** 2), x) < 1e-7
-
-
-def _numgrad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = eps
-        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
-    return g
 
 
 _RNG = np.random.default_rng(1)
