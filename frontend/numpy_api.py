@@ -26,6 +26,7 @@ from . import numeric as N
 from . import statistics as S
 from . import decompositions as LD
 from . import complex as CX
+from . import scipy_stats as SS
 from .tracer import _scalar, Tracer, _at, current, user_where
 
 
@@ -2425,15 +2426,18 @@ def constructors_accept_tracers():
                 # scipy.special.polygamma & co. take asarray(x) first: let a tracer through
                 _originals["scipy_basic_asarray"] = basic
                 basic.asarray = np.asarray
-            distns = sys.modules.get("scipy.stats._continuous_distns")
-            norm = getattr(distns, "norm", None)
-            if norm is not None:
-                # scipy.stats.norm's methods (the same object however imported)
-                # on its class, so frozen norm(loc, scale) (a new instance inside) has them
-                cls = type(norm)
-                _originals["scipy_norm"] = (cls, {k: cls.__dict__.get(k) for k in _NORM_METHODS})
-                for kind in _NORM_METHODS:
-                    setattr(cls, kind, _made(_NORM_WRAPS[kind], getattr(cls, kind)))
+            # scipy.stats' distributions: methods on their classes, so a frozen
+            # distribution (a new instance inside, norm(loc, scale)) has them too
+            _originals["scipy_classes"] = patched = []
+            for cls, wraps in _scipy_stats_wraps():
+                patched.append((cls, {k: cls.__dict__.get(k) for k in wraps}))
+                for kind, wrap in wraps.items():
+                    setattr(cls, kind, _made(wrap, getattr(cls, kind)))
+            xpx = sys.modules.get("scipy._lib.array_api_extra")
+            if xpx is not None and hasattr(xpx, "apply_where"):
+                # SciPy's two-branch formulas (cauchy._logpdf, t's df = inf case)
+                _originals["scipy_apply_where"] = (xpx, xpx.apply_where)
+                xpx.apply_where = _made(_apply_where, xpx.apply_where)
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -2467,8 +2471,7 @@ def constructors_accept_tracers():
             if _patch_depth[0] == 0:
                 if "scipy_basic_asarray" in _originals:
                     _originals.pop("scipy_basic_asarray").asarray = _originals["asarray"]
-                if "scipy_norm" in _originals:
-                    cls, own = _originals.pop("scipy_norm")
+                for cls, own in _originals.pop("scipy_classes"):
                     for kind, method in own.items():
                         if method is None:
                             delattr(cls, kind)
@@ -2494,6 +2497,9 @@ def constructors_accept_tracers():
                     sfft = sys.modules.get("scipy.fft")
                     for name, orig in _originals.pop("scipy_fft").items():
                         setattr(sfft, name, orig)
+                if "scipy_apply_where" in _originals:
+                    xpx, orig = _originals.pop("scipy_apply_where")
+                    xpx.apply_where = orig
                 if "scipy_logsumexp" in _originals:
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
@@ -2816,6 +2822,81 @@ def _norm_value(kind, x, loc, scale):
 
 
 _NORM_WRAPS = {kind: functools.partial(_norm_method, kind) for kind in _NORM_METHODS}
+
+
+def _stats_method(family, kind, orig):
+    """A scipy.stats distribution's public method that does its work in scipy_stats.py when
+    an argument is traced."""
+    @functools.wraps(orig)
+    def fn(self, x, *args, **kwds):
+        if not SS.traced((x,) + args + tuple(kwds.values())):
+            return orig(self, x, *args, **kwds)
+        with np.errstate(all="ignore"):     # constant parts at SciPy's edge values, as SciPy
+            return family(kind, self, x, args, kwds)
+    return fn
+
+
+def _multivariate_method(family, kind, orig):
+    @functools.wraps(orig)
+    def fn(self, *args, **kwds):
+        if not SS.traced(args + tuple(kwds.values())):
+            return orig(self, *args, **kwds)
+        return family(kind, *args, **kwds)
+    return fn
+
+
+def _frozen_maker(frozen, orig):
+    """multivariate_normal(mean, cov) & co. of traced parameters: adjit's frozen form."""
+    @functools.wraps(orig)
+    def fn(self, *args, **kwds):
+        if not SS.traced(args + tuple(kwds.values())):
+            return orig(self, *args, **kwds)
+        return frozen(*args, **kwds)
+    return fn
+
+
+def _apply_where(orig):
+    """SciPy's apply_where(cond, args, f1, f2) (f1 where cond, else f2 or fill_value) with
+    traced arguments: both branches everywhere, chosen by np.where (whose gradient reaches
+    only the chosen branch, so a branch's NaN off its domain stays out of it)."""
+    @functools.wraps(orig)
+    def fn(cond, args, f1, f2=None, /, *, fill_value=None, xp=None):
+        tup = args if isinstance(args, tuple) else (args,)
+        if not _holds_tracer(list(tup) + [cond, fill_value]):
+            return orig(cond, args, f1, f2, fill_value=fill_value, xp=xp)
+        shape = F._broadcast_shape("apply_where", [F._shape_of(a) for a in (cond,) + tup])
+        tup = tuple(F.broadcast_to(B.resolve(a), shape) if _holds_tracer(a) else
+                    np.broadcast_to(a, shape) for a in tup)
+        other = f2(*tup) if f2 is not None else fill_value
+        return F.where(B.resolve(cond) if _holds_tracer(cond) else np.asarray(cond),
+                       f1(*tup), other)
+    return fn
+
+
+_STATS_WRAPS = {}
+
+
+def _scipy_stats_wraps():
+    """(class, {method name: wrapper maker}) for the scipy.stats classes imported so far."""
+    distns = sys.modules.get("scipy.stats._continuous_distns")
+    if distns is None:
+        return ()
+    if not _STATS_WRAPS:
+        from scipy.stats import _distn_infrastructure as di, _multivariate as mv
+        P = functools.partial
+        _STATS_WRAPS.update({
+            di.rv_continuous: {k: P(_stats_method, SS.refusing(SS.continuous), k)
+                               for k in SS.CONTINUOUS},
+            di.rv_discrete: {k: P(_stats_method, SS.refusing(SS.discrete), k)
+                             for k in SS.DISCRETE},
+            type(distns.norm): _NORM_WRAPS,
+            mv.multivariate_normal_gen: dict(
+                {k: P(_multivariate_method, SS.mvn, k) for k in SS.MULTIVARIATE},
+                __call__=P(_frozen_maker, SS.FrozenMVN)),
+            mv.dirichlet_gen: dict(
+                {k: P(_multivariate_method, SS.dirichlet, k) for k in SS.MULTIVARIATE},
+                __call__=P(_frozen_maker, SS.FrozenDirichlet))})
+    return _STATS_WRAPS.items()
 
 
 _SCIPY_FFT = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",

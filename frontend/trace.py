@@ -570,15 +570,17 @@ def _name_the_library(e):
         instead = ("pairwise distances written with broadcasting: np.sqrt(np.sum((X[:, None] "
                    "- Y[None]) ** 2, -1)), or from X @ Y.T and the squared norms")
     elif public.startswith("scipy.stats") and named.f_code.co_name in (
-            "pdf", "logpdf", "cdf", "logcdf", "sf", "logsf") and getattr(
-                named.f_locals.get("self"), "name", None) == "norm":
-        instead = (f"call it as scipy.stats.norm.{named.f_code.co_name}(...) inside the "
-                   "function: adjit follows norm's methods then, not a method bound before "
-                   f"tracing ({named.f_code.co_name} = norm.{named.f_code.co_name}) or another "
-                   "distribution's")
+            "pdf", "logpdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf", "pmf", "logpmf") \
+            and isinstance(getattr(named.f_locals.get("self"), "name", None), str):
+        dist = named.f_locals["self"].name
+        instead = (f"call it as scipy.stats.{dist}.{named.f_code.co_name}(...) inside the "
+                   f"function: adjit follows the distributions' methods then, not a method "
+                   f"bound before tracing ({named.f_code.co_name} = "
+                   f"{dist}.{named.f_code.co_name})")
     elif public.startswith("scipy.stats"):
-        instead = ("scipy.stats.norm's pdf, logpdf, cdf, logcdf, sf and logsf and "
-                   "scipy.special.ndtr, which adjit traces, or the density written out")
+        instead = ("the distributions' pdf, logpdf, pmf, logpmf, cdf, sf, ppf (scipy.stats.norm, "
+                   "gamma, t, poisson, multivariate_normal, ...), which adjit traces, or the "
+                   "statistic written out")
     else:
         instead = ("np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
                    "the log-density formula written out")

@@ -1,0 +1,276 @@
+"""scipy.stats distributions with traced arguments: the densities, mass functions and
+distribution functions of a Bayesian model's likelihood and priors
+(`scipy.stats.gamma.logpdf(x, a, scale=s)`, `scipy.stats.poisson.logpmf(k, mu)`,
+`scipy.stats.t(df, loc, scale).logpdf(x)`, `scipy.stats.multivariate_normal.logpdf(X, m, S)`).
+
+SciPy's public methods need concrete arrays (they place results into NumPy arrays where the
+parameters are valid); its private per-distribution formulas (`gamma._logpdf`) are mostly
+plain ufunc expressions, which adjit traces. While tracing, the public methods of
+rv_continuous and rv_discrete do their work here: standardize x, evaluate the private
+formula (or adjit's own where SciPy's is not traceable, _OWN), and choose with np.where what
+SciPy places: the formula on the support, -inf / 0 / 1 off it, NaN where a parameter is
+invalid (SciPy's badvalue). Results are float64, as SciPy's. scipy.stats.norm keeps its own
+methods (numpy_api._norm_method). A distribution whose private formula is not traceable
+(gamma.cdf calls gammainc, which adjit does not differentiate) raises an error naming it.
+"""
+import math
+
+import numpy as np
+
+from ..ir.errors import TraceError, UnsupportedError
+from . import buffer as B
+from . import composites as C
+from . import functions as F
+from . import linalg as LA
+from .tracer import Tracer, _at, user_where
+
+CONTINUOUS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf")
+DISCRETE = ("pmf", "logpmf", "cdf", "logcdf", "sf", "logsf")
+MULTIVARIATE = ("pdf", "logpdf")
+
+
+def _special(name):
+    from .numpy_api import _SCIPY_SPECIAL
+    return _SCIPY_SPECIAL[name]
+
+
+def _t_logpdf(z, df):
+    # SciPy's goes through sc.poch and a data-dependent branch for df = inf
+    half = F.mul(F.add(df, 1.0), 0.5)
+    gl = _special("gammaln")
+    return F.sub(F.sub(gl(half), gl(F.mul(df, 0.5))),
+                 F.add(F.mul(F.add(F.log(df), math.log(math.pi)), 0.5),
+                       F.mul(half, F.log1p(F.div(F.mul(z, z), df)))))
+
+
+# adjit's own standardized formulas where SciPy's private ones do not trace
+_OWN = {
+    ("t", "_logpdf"): _t_logpdf,
+    ("t", "_pdf"): lambda z, df: F.exp(_t_logpdf(z, df)),
+}
+
+
+def traced(args) -> bool:
+    from .numpy_api import _holds_tracer
+    return any(_holds_tracer(a) for a in args)
+
+
+def _f64(a):
+    from .numpy_api import _holds_tracer, _from_nested, _originals
+    if _holds_tracer(a):
+        a = B.resolve(_from_nested(a, _originals["asarray"]))
+        return F.cast(a, np.float64) if F._dtype_of(a) != np.float64 else a
+    return np.asarray(a, np.float64)
+
+
+def _private(dist, method, kind):
+    """dist's private formula `method` (SciPy's, or adjit's own), called on traced values
+    with SciPy's failures said as what they are."""
+    own = _OWN.get((dist.name, method))
+    fn = getattr(dist, method)
+
+    def call(*args):
+        try:
+            return own(*args) if own is not None else fn(*args)
+        except (TraceError, UnsupportedError, TypeError) as e:
+            # (TypeError: a Cython routine's argument)
+            raise _refusal(dist, kind, f"its formula ({dist.name}.{method}) uses a function "
+                           "adjit does not trace", e) from None
+    return call
+
+
+def _refusal(dist, kind, what, e):
+    err = UnsupportedError(
+        f"scipy.stats.{dist.name}.{kind} of traced arguments{_at(user_where())}: SciPy's "
+        f"{what} ({str(e).split(' at ')[0][:160]}). Write the formula with NumPy and "
+        "scipy.special's elementwise functions instead")
+    err._adjit_stats = True
+    return err
+
+
+def refusing(family):
+    """family(kind, dist, ...) with SciPy's own checks that need concrete values (erlang's
+    integer test of its shape) refused by name; the user's errors (shapes that do not
+    broadcast) stay theirs."""
+    def run(kind, dist, x, args, kwds):
+        dist._parse_args(*args, **kwds)      # a missing or unknown parameter: SciPy's error
+        try:
+            return family(kind, dist, x, args, kwds)
+        except (TraceError, UnsupportedError, TypeError) as e:
+            if getattr(e, "_adjit_stats", False):
+                raise
+            raise _refusal(dist, kind, "checks of its parameters need their values", e) \
+                from None
+    return run
+
+
+def _valid(dist, shapes):
+    """SciPy's _argcheck (every shape parameter > 0 unless the distribution says otherwise)."""
+    check = getattr(type(dist), "_argcheck")
+    from scipy.stats._distn_infrastructure import rv_generic
+    if check is rv_generic._argcheck:
+        ok = True
+        for s in shapes:
+            ok = C.logical_and(ok, F.gt(s, 0))
+        return ok
+    return dist._argcheck(*shapes)
+
+
+def continuous(kind, dist, x, args, kwds):
+    """rv_continuous.<kind>(x, *shapes, loc=0, scale=1) of traced arguments."""
+    shapes, loc, scale = dist._parse_args(*args, **kwds)
+    shapes = tuple(_f64(s) for s in shapes)
+    x, loc, scale = _f64(x), _f64(loc), _f64(scale)
+    good = C.logical_and(_valid(dist, shapes), F.gt(scale, 0))
+    if kind in ("ppf", "isf"):
+        q = x
+        a, b = dist._get_support(*shapes)
+        inner = C.logical_and(F.gt(q, 0), F.lt(q, 1))
+        # the formula away from q in {0, 1}, where SciPy gives the support's ends
+        qq = F.where(inner, q, 0.5)
+        z = _private(dist, "_" + kind, kind)(qq, *shapes)
+        lo, hi = (a, b) if kind == "ppf" else (b, a)
+        z = F.where(inner, z, F.where(F.eq(q, 0), lo, hi))
+        ok = C.logical_and(good, C.logical_and(F.ge(q, 0), F.le(q, 1)))
+        return F.where(ok, F.add(F.mul(z, scale), loc), np.nan)
+    z = F.div(F.sub(x, loc), scale)
+    inside = C.logical_and(dist._support_mask(z, *shapes), F.gt(scale, 0))
+    a, b = dist._get_support(*shapes)
+    # the formula at points of the support only (its value elsewhere may be NaN or raise)
+    zz = F.where(inside, z, _a_point(a, b))
+    if kind in ("pdf", "logpdf"):
+        r = _density(dist, kind, zz, shapes)
+        r = F.sub(r, F.log(scale)) if kind == "logpdf" else F.div(r, scale)
+        off = -np.inf if kind == "logpdf" else 0.0
+        out = F.where(inside, r, off)
+    else:
+        r = _private(dist, "_" + kind, kind)(zz, *shapes)
+        below, above = ((0.0, 1.0) if kind == "cdf" else (1.0, 0.0) if kind == "sf" else
+                        (-np.inf, 0.0) if kind == "logcdf" else (0.0, -np.inf))
+        out = F.where(inside, r, F.where(F.le(z, a), below, above))
+    return F.where(C.logical_and(good, C.logical_not(C.isnan(z))), out, np.nan)
+
+
+def _density(dist, kind, z, shapes):
+    """dist._pdf (_logpdf, _pmf, _logpmf), or the exponential of dist's own _logpdf
+    (_logpmf) where SciPy's _pdf (_pmf) calls a routine adjit does not trace (beta's and
+    binom's Boost functions)."""
+    try:
+        return _private(dist, "_" + kind, kind)(z, *shapes)
+    except UnsupportedError:
+        from scipy.stats import rv_continuous, rv_discrete
+        log = "_log" + kind
+        if kind not in ("pdf", "pmf") or getattr(type(dist), log) is getattr(
+                rv_continuous if kind == "pdf" else rv_discrete, log):
+            raise
+        return F.exp(_private(dist, log, kind)(z, *shapes))
+
+
+def _a_point(a, b):
+    """A point inside [a, b] (finite): where off-support values are evaluated harmlessly."""
+    a, b = np.asarray(a, np.float64) if not isinstance(a, Tracer) else a, \
+        np.asarray(b, np.float64) if not isinstance(b, Tracer) else b
+    if isinstance(a, Tracer) or isinstance(b, Tracer):
+        mid = F.mul(F.add(a, b), 0.5)
+        return F.where(C.isfinite(mid), mid, F.where(C.isfinite(a), F.add(a, 1.0),
+                                                     F.where(C.isfinite(b), F.sub(b, 1.0),
+                                                             0.0)))
+    with np.errstate(invalid="ignore"):
+        mid = (a + b) / 2
+    return np.where(np.isfinite(mid), mid,
+                    np.where(np.isfinite(a), a + 1.0, np.where(np.isfinite(b), b - 1.0, 0.0)))
+
+
+def discrete(kind, dist, k, args, kwds):
+    """rv_discrete.<kind>(k, *shapes, loc=0) of traced arguments."""
+    shapes, loc, _ = dist._parse_args(*args, **kwds)
+    shapes = tuple(_f64(s) for s in shapes)
+    k, loc = _f64(k), _f64(loc)
+    a, b = dist._get_support(*shapes)
+    k = F.sub(k, loc)
+    good = _valid(dist, shapes)
+    on = C.logical_and(F.ge(k, a), F.le(k, b))
+    if kind in ("pmf", "logpmf"):
+        on = C.logical_and(on, F.eq(F.floor(k), k))
+    kk = F.where(on, k, _a_point(a, b) if kind in ("pmf", "logpmf") else 0.0)
+    if kind in ("cdf", "logcdf", "sf", "logsf"):
+        kk = F.floor(kk)
+    r = _density(dist, kind, kk, shapes) if kind in ("pmf", "logpmf") else \
+        _private(dist, "_" + kind, kind)(kk, *shapes)
+    if kind in ("pmf", "logpmf"):
+        out = F.where(on, r, -np.inf if kind == "logpmf" else 0.0)
+    else:
+        below, above = ((0.0, 1.0) if kind == "cdf" else (1.0, 0.0) if kind == "sf" else
+                        (-np.inf, 0.0) if kind == "logcdf" else (0.0, -np.inf))
+        out = F.where(on, r, F.where(F.lt(k, a), below, above))
+    return F.where(C.logical_and(good, C.logical_not(C.isnan(k))), out, np.nan)
+
+
+# -- multivariate ----------------------------------------------------------------------------
+def mvn(kind, x, mean=None, cov=1, allow_singular=False):
+    """multivariate_normal.logpdf / pdf: -(d log 2 pi + log det S + r' S^-1 r) / 2 through
+    the Cholesky factor; x's last axis is the dimension (a 1-d x is one point, or points of a
+    1-d distribution), as SciPy's, and the result is squeezed as SciPy's."""
+    x = _f64(x)
+    cov = _f64(cov)
+    mean = None if mean is None else _f64(mean)
+    dim = (F._shape_of(mean)[-1] if mean is not None and F._shape_of(mean) else
+           F._shape_of(cov)[0] if F._shape_of(cov) else 1)
+    if not F._shape_of(cov):
+        cov = F.mul(cov, np.eye(dim))
+    elif len(F._shape_of(cov)) == 1:
+        cov = F.mul(cov, np.eye(dim))       # a vector: the diagonal
+    mean = np.zeros(dim) if mean is None else mean
+    xs = F._shape_of(x)
+    if dim == 1 and (not xs or xs[-1] != 1):
+        x = F.reshape(x, tuple(xs) + (1,))
+    elif not xs:
+        x = F.reshape(x, (1,))
+    r = F.sub(x, mean)
+    L = LA.cholesky(cov)
+    flat = F.reshape(r, (-1, dim))
+    y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
+    maha = F.reshape(F.sum(F.mul(y, y), axis=0), F._shape_of(r)[:-1])
+    logdet = F.mul(F.sum(F.log(F.diagonal(L)), axis=None), 2.0)
+    out = F.mul(F.add(F.add(maha, logdet), dim * math.log(2 * math.pi)), -0.5)
+    out = F.exp(out) if kind == "pdf" else out
+    shape = F._shape_of(out)
+    if shape and any(d == 1 for d in shape):
+        out = F.reshape(out, tuple(d for d in shape if d != 1))
+    return out
+
+
+def dirichlet(kind, x, alpha):
+    """dirichlet.logpdf / pdf: sum((alpha - 1) log x) - log B(alpha) over the first axis."""
+    x, alpha = _f64(x), _f64(alpha)
+    gl = _special("gammaln")
+    lnb = F.sub(F.sum(gl(alpha), axis=None), gl(F.sum(alpha, axis=None)))
+    a = alpha if len(F._shape_of(x)) == 1 else F.reshape(alpha, (-1, 1))
+    out = F.sub(F.sum(_special("xlogy")(F.sub(a, 1.0), x), axis=0), lnb)
+    return F.exp(out) if kind == "pdf" else out
+
+
+class FrozenMVN:
+    """multivariate_normal(mean, cov) with traced parameters."""
+
+    def __init__(self, mean=None, cov=1, allow_singular=False, seed=None):
+        self.mean, self.cov = mean, cov
+
+    def logpdf(self, x):
+        return mvn("logpdf", x, self.mean, self.cov)
+
+    def pdf(self, x):
+        return mvn("pdf", x, self.mean, self.cov)
+
+
+class FrozenDirichlet:
+    """dirichlet(alpha) with a traced alpha."""
+
+    def __init__(self, alpha, seed=None):
+        self.alpha = alpha
+
+    def logpdf(self, x):
+        return dirichlet("logpdf", x, self.alpha)
+
+    def pdf(self, x):
+        return dirichlet("pdf", x, self.alpha)

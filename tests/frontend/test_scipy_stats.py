@@ -1,0 +1,152 @@
+"""scipy.stats distributions with traced arguments (frontend/scipy_stats.py): values against
+SciPy's, gradients against central differences, SciPy's conventions off the support and at
+invalid parameters, frozen distributions, and the refusal of formulas adjit cannot trace."""
+import numpy as np
+import pytest
+
+import adjit
+from finite_differences import numgrad
+
+st = pytest.importorskip("scipy.stats")
+
+_RNG = np.random.default_rng(24)
+_X = _RNG.normal(size=(5, 3))
+_A = _RNG.normal(size=(3, 3))
+_S = _A @ _A.T + 3 * np.eye(3)
+_M = np.array([0.3, -0.4, 0.8])
+_Y = np.array([0.5, 2.0, 3.5])
+_K = np.array([0, 2, 5])
+
+# (name, loss of three parameters p): each a way users write a likelihood or a prior
+_LOSSES = [
+    ("gamma", lambda p: np.sum(st.gamma.logpdf(_Y, np.exp(p[0]), scale=np.exp(p[1])))),
+    ("gamma frozen", lambda p: np.sum(st.gamma(np.exp(p[0]), scale=np.exp(p[1])).logpdf(_Y))),
+    ("beta", lambda p: np.sum(st.beta.logpdf(_Y / 4, np.exp(p[0]), np.exp(p[1])))),
+    ("beta pdf", lambda p: np.sum(st.beta.pdf(_Y / 4, np.exp(p[0]), np.exp(p[1])))),
+    ("t", lambda p: np.sum(st.t.logpdf(_Y, df=np.exp(p[0]) + 1, loc=p[1], scale=np.exp(p[2])))),
+    ("t frozen", lambda p: np.sum(st.t(np.exp(p[0]), p[1], np.exp(p[2])).logpdf(_Y))),
+    ("expon rate", lambda p: np.sum(st.expon.logpdf(_Y, scale=1 / np.exp(p[0])))),
+    ("halfnorm", lambda p: np.sum(st.halfnorm.logpdf(_Y, scale=np.exp(p[0])))),
+    ("invgamma", lambda p: np.sum(st.invgamma.logpdf(_Y, np.exp(p[0]), scale=np.exp(p[1])))),
+    ("lognorm", lambda p: np.sum(st.lognorm.logpdf(_Y, np.exp(p[0]), scale=np.exp(p[1])))),
+    ("laplace cdf", lambda p: np.sum(st.laplace.cdf(_Y, p[0], np.exp(p[1])))),
+    ("logistic sf", lambda p: np.sum(st.logistic.sf(_Y, p[0], np.exp(p[1])))),
+    ("expon ppf", lambda p: np.sum(st.expon.ppf(np.array([0.1, 0.7]), p[0], np.exp(p[1])))),
+    ("uniform", lambda p: np.sum(st.uniform.logpdf(_Y, p[0] - 1, 5 + p[1]))),
+    ("weibull", lambda p: np.sum(st.weibull_min.logpdf(_Y, np.exp(p[0]), scale=np.exp(p[1])))),
+    ("cauchy", lambda p: np.sum(st.cauchy.logpdf(np.array([0.5, 2.0, 30.0]), p[0], np.exp(p[1])))),
+    ("poisson", lambda p: np.sum(st.poisson.logpmf(_K, np.exp(p[0])))),
+    ("poisson frozen pmf", lambda p: np.sum(st.poisson(np.exp(p[0])).pmf(_K))),
+    ("binom pmf", lambda p: np.sum(st.binom.pmf(_K, 6, 1 / (1 + np.exp(-p[0]))))),
+    ("nbinom", lambda p: np.sum(st.nbinom.logpmf(_K, np.exp(p[0]), 1 / (1 + np.exp(-p[1]))))),
+    ("bernoulli logistic regression",
+     lambda w: np.sum(st.bernoulli.logpmf(np.array([0, 1, 1, 0, 1]), 1 / (1 + np.exp(-_X @ w))))),
+    ("geom cdf", lambda p: np.sum(st.geom.cdf(_K + 1, 1 / (1 + np.exp(-p[0]))))),
+    ("mvn", lambda m: np.sum(st.multivariate_normal.logpdf(_X, m, _S))),
+    ("mvn one point", lambda m: st.multivariate_normal.logpdf(_X[0], mean=m, cov=_S)),
+    ("mvn pdf", lambda m: np.sum(st.multivariate_normal.pdf(_X, m, _S))),
+    ("mvn traced cov", lambda a: np.sum(st.multivariate_normal.logpdf(
+        _X, _M, np.outer(a, a) + np.eye(3)))),
+    ("mvn frozen", lambda m: np.sum(st.multivariate_normal(mean=m, cov=_S).logpdf(_X))),
+    ("mvn diagonal cov", lambda d: np.sum(st.multivariate_normal.logpdf(_X, _M, np.exp(d)))),
+    ("mvn 1-d", lambda m: np.sum(st.multivariate_normal.logpdf(_X[:, 0], m[0], 2.0))),
+    ("dirichlet", lambda a: st.dirichlet.logpdf(np.array([0.2, 0.3, 0.5]), np.exp(a))),
+    ("dirichlet frozen pdf", lambda a: st.dirichlet(np.exp(a)).pdf(np.array([0.2, 0.3, 0.5]))),
+    ("dirichlet points", lambda a: np.sum(st.dirichlet.logpdf(
+        np.array([[0.2, 0.3], [0.3, 0.3], [0.5, 0.4]]), np.exp(a)))),
+]
+
+
+@pytest.mark.parametrize("name, loss", _LOSSES, ids=[n for n, _ in _LOSSES])
+def test_distribution_values_and_gradients(name, loss):
+    v = adjit.compile(loss, backend="numpy")(_M)
+    assert np.shape(v) == np.shape(loss(_M))
+    np.testing.assert_allclose(v, loss(_M), rtol=1e-11)
+    np.testing.assert_allclose(adjit.grad(loss, backend="numpy")(_M), numgrad(loss, _M),
+                               rtol=2e-6, atol=1e-9)
+
+
+def test_gradient_in_the_data_and_the_numba_backend():
+    loss = lambda x: np.sum(st.gamma.logpdf(x, 2.5, scale=1.5) + st.logistic.logcdf(x, 0.5))
+    np.testing.assert_allclose(adjit.grad(loss, backend="numba")(_Y), numgrad(loss, _Y),
+                               rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")    # SciPy's own, dividing by scale 0
+def test_scipy_conventions_off_the_support_and_at_invalid_parameters():
+    x = np.array([-1.0, 0.0, 0.5, 2.0, np.nan])
+
+    def f(s):
+        return (st.gamma.logpdf(x, 2.0, scale=s[0]), st.gamma.pdf(x, 2.0, scale=s[1]),
+                st.expon.cdf(x, scale=s[0]), st.expon.sf(x, scale=s[1]),
+                st.uniform.logcdf(x, 0.0, s[0]), st.beta.logpdf(x, s[0], 2.0),
+                st.poisson.logpmf(np.array([-1, 0, 1.5, 2, 3]), s[0]),
+                st.expon.ppf(np.array([0.0, 0.5, 1.0, 1.5, -0.1]), scale=s[0]))
+    for s in (np.array([1.5, 0.5]), np.array([-1.0, 0.0])):
+        for got, want in zip(adjit.compile(f, backend="numpy")(s), f(s)):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_off_support_values_do_not_reach_the_gradient():
+    # gamma's formula at x <= 0 is NaN or inf; those points give -inf and no gradient
+    loss = lambda p: np.sum(np.maximum(st.gamma.logpdf(np.array([-1.0, 0.0, 1.0, 2.0]),
+                                                       np.exp(p[0])), -50.0))
+    p = np.array([0.4])
+    g = adjit.grad(loss)(p)
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, numgrad(loss, p), rtol=1e-6)
+
+
+def test_formulas_adjit_cannot_trace_are_refused_by_name():
+    with pytest.raises(adjit.UnsupportedError, match=r"scipy\.stats\.gamma\.cdf.*gammainc"):
+        adjit.grad(lambda a: np.sum(st.gamma.cdf(_Y, a[0])))(np.array([1.5]))
+    with pytest.raises(adjit.UnsupportedError, match=r"scipy\.stats\.vonmises\.cdf"):
+        adjit.grad(lambda a: np.sum(st.vonmises.cdf(_Y, a[0])))(np.array([1.5]))
+
+
+def test_a_method_bound_before_tracing_is_named():
+    logpdf = st.gamma.logpdf
+    with pytest.raises(adjit.AdjitError, match=r"scipy\.stats\.gamma\.logpdf\(\.\.\.\) inside"):
+        adjit.grad(lambda a: np.sum(logpdf(_Y, a[0])))(np.array([1.5]))
+
+
+def test_scipy_is_its_own_again_after_tracing():
+    from scipy.stats import _distn_infrastructure as di
+    adjit.grad(lambda a: np.sum(st.gamma.logpdf(_Y, a[0])))(np.array([1.5]))
+    assert di.rv_continuous.logpdf.__module__ == di.__name__
+    assert "__call__" not in type(st.multivariate_normal).__dict__ or \
+        type(st.multivariate_normal).__call__.__module__.startswith("scipy")
+    np.testing.assert_allclose(st.gamma.logpdf(_Y, 1.5), st.gamma(1.5).logpdf(_Y))
+
+
+def _every_distribution():
+    from scipy.stats._distr_params import distcont, distdiscrete
+    for family, kind in ((distcont, "logpdf"), (distdiscrete, "logpmf")):
+        for name, shapes in family:
+            if isinstance(name, str) and not any(np.ndim(s) for s in shapes):
+                yield name, kind, np.array(shapes, float)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_every_distribution_of_scipys_list_matches_scipy_or_is_refused():
+    """SciPy's own list of distributions with test parameters: the log density at three
+    quantiles with traced parameters equals SciPy's, with central-difference gradients away
+    from the kinks, or the formula is refused by name (never a crash or another number)."""
+    done, refused = set(), set()
+    for name, kind, shapes in _every_distribution():
+        dist = getattr(st, name)
+        x = dist.ppf(np.array([0.2, 0.6, 0.9]), *shapes)
+        loss = lambda p: np.sum(getattr(dist, kind)(x, *p))
+        try:
+            got = adjit.compile(loss, backend="numpy")(shapes)
+            g = adjit.grad(loss, backend="numpy")(shapes)
+        except adjit.AdjitError as e:
+            assert f"scipy.stats.{name}.{kind}" in str(e)
+            refused.add(name)
+            continue
+        np.testing.assert_allclose(got, loss(shapes), rtol=1e-9, err_msg=name)
+        if kind == "logpdf" and np.all(shapes != np.round(shapes)):
+            np.testing.assert_allclose(g, numgrad(loss, shapes), rtol=1e-4, atol=1e-6,
+                                       err_msg=name)
+        done.add(name)
+    assert len(done - refused) >= 100, sorted(refused)      # 105 of 130 with SciPy 1.17
