@@ -245,8 +245,14 @@ class Adam(Optimizer):
                 g = g + wd * p                          # Adam: L2 term added to the gradient
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * (g * g)
-            denom = np.sqrt(v) + eps_hat.astype(p.dtype)
-            out_p.append(p - step_size.astype(p.dtype) * m / denom)
+            if np.dtype(p.dtype).itemsize >= 4:
+                denom = np.sqrt(v) + eps_hat.astype(p.dtype)
+                out_p.append(p - step_size.astype(p.dtype) * m / denom)
+            else:
+                # float16: eps_hat underflows to 0 where eps does not (5e-7), and a zero
+                # gradient gave 0 / 0; the textbook form adds eps itself, as PyTorch
+                denom = np.sqrt(v) * (1 / sqrt_bc2).astype(p.dtype) + np.asarray(eps, p.dtype)
+                out_p.append(p - (lr / (1 - b1 ** t)).astype(p.dtype) * m / denom)
             out_m.append(m)
             out_v.append(v)
         new_state = {"step": t, "m": _rebuild(state["m"], out_m),

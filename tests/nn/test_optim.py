@@ -222,3 +222,18 @@ def test_integer_parameters_are_refused():
     p = {"w": np.array([1, 2])}
     with pytest.raises(ValueError, match="floating point"):
         opt.update(p, {"w": np.array([1.0, -1.0])}, opt.init(p))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_float16_adam_adds_eps_where_its_bias_corrected_form_underflows(backend):
+    """eps * sqrt(1 - b2^t) is 0 in float16 for eps = 5e-7 (eps itself is not): a zero
+    gradient gave 0 / 0 (sweep 24). float16 parameters take m_hat / (sqrt(v_hat) + eps)."""
+    opt = Adam(1e-3, eps=5e-7, backend=backend)
+    p = {"w": np.array([1.0, 1.0], np.float16)}
+    g = {"w": np.array([0.0, 0.5], np.float16)}
+    s = opt.init(p)
+    for _ in range(3):
+        p, s = opt.update(p, g, s)
+    assert p["w"].dtype == np.float16
+    np.testing.assert_allclose(p["w"], [1.0, 0.997], atol=2e-3)
+    assert p["w"][0] == 1.0
