@@ -191,6 +191,9 @@ def build_parser(argv=None):
     p.add_argument("--arg", action="append", default=[], metavar="NAME=SPEC",
                    help="an argument: NAME=float32[128,784] (an array), NAME=0.5 (a number) "
                         "or NAME.KEY=SPEC (an entry of a dict argument); repeat for each")
+    p.add_argument("--static", action="append", default=[], metavar="NAME",
+                   help="an argument that is configuration, not data (a loop count, a flag): "
+                        "a constant of the program, as static_argnums; repeat for each")
     p.add_argument("--wrt", metavar="NAME",
                    help="differentiate with respect to this argument (default: the first)")
     p.add_argument("--no-grad", dest="grad", action="store_false",

@@ -1009,7 +1009,15 @@ def _make_hvp(fn, argnums, static, compile_options):
                             "of the function, then the vector v")
         args, v = args_v[:-1], args_v[-1]
         nums, many = _norm_argnums(argnums, len(args), static)
-        g = trace(g_fn, *args, static_argnums=static, differentiated=True)
+        try:
+            g = trace(g_fn, *args, static_argnums=static, differentiated=True)
+        except (GradError, ShapeError) as e:
+            if len(args_v) < 3:
+                raise
+            # SciPy's minimize calls hessp(x, p, *args): p lands among fn's arguments
+            raise type(e)(f"{e} (hvp of {_fn_name(fn)} is called as h(*args, v), v last; "
+                          "as SciPy's hessp, which receives (x, p, *args), pass "
+                          "hessp=lambda x, p, *a: h(x, *a, p))") from None
         pos = _leaf_positions(g, args, static)
         wrt = [p for a in nums for p in pos[a]]
         trees = tuple(g.meta["in_trees"][a] for a in nums)

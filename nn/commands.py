@@ -19,7 +19,7 @@ import numpy as np
 
 from ..frontend.api import compile as adjit_compile
 from ..frontend.api import pick_backend, value_and_grad
-from ..ir.errors import AdjitError, GradError
+from ..ir.errors import AdjitError, GradError, TraceError
 from . import data as D
 from .layers import MLP
 from .optim import make_optimizer
@@ -423,6 +423,7 @@ def _user_program(args):
                              "(a default is a constant of the program, not differentiated)")
         raise ValueError(f"--wrt {args.wrt}: not an argument of {fn.__name__}"
                          f"({', '.join(every)})")
+    _static_positions(args, names)
     try:
         return _lower_user_program(args, fn, call_args, names)
     except AdjitError:
@@ -455,8 +456,34 @@ def _user_line(e, fn):
     return f" at {Path(f.filename).name}:{f.lineno}" + (f" ({text})" if text else "")
 
 
+def _static_positions(args, names):
+    static = []
+    for name in args.static:
+        if name not in names:
+            raise ValueError(f"--static {name}: not an argument given with --arg "
+                             f"({', '.join(names)})")
+        static.append(names.index(name))
+    if args.grad and (names.index(args.wrt) if args.wrt else 0) in static:
+        raise ValueError(f"--static {args.wrt or names[0]}: the argument differentiated is "
+                         "data (choose another with --wrt NAME)")
+    return static
+
+
 def _lower_user_program(args, fn, call_args, names):
-    options = dict(backend=args.backend, fuse=args.fuse, checkpoint=args.checkpoint)
+    static = _static_positions(args, names)
+    options = dict(backend=args.backend, fuse=args.fuse, checkpoint=args.checkpoint,
+                   static_argnums=tuple(static))
+    try:
+        return _lowered(args, fn, call_args, names, options)
+    except TraceError as e:
+        numbers = [n for n, v in zip(names, call_args)
+                   if isinstance(v, (int, float)) and names.index(n) not in static]
+        if not numbers or "static_argnums" not in str(e):
+            raise
+        raise TraceError(f"{e} (with adjit inspect: --static {numbers[0]})") from None
+
+
+def _lowered(args, fn, call_args, names, options):
     if args.grad:
         argnum = names.index(args.wrt) if args.wrt else 0
         try:

@@ -51,3 +51,15 @@ def test_ufunc_at_keeps_a_tuple_of_traced_indices_as_an_index():
     z, y = np.array([1.0, 2.0, 3.0, 4.0]), np.array([2, 0, 0, 1])
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(z, y), f(z, y))
     np.testing.assert_allclose(adjit.grad(f)(z, y), [2.0, 3.0, 6.0, 10.0])
+
+
+def test_hvp_called_in_scipys_hessp_order_says_how_to_wrap_it():
+    A, b = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+
+    def f(w, A, b, lam):
+        return 0.5 * np.sum((A @ w - b) ** 2) + lam * np.sum(w ** 2)
+    h = adjit.hvp(f)
+    w, p = np.zeros(2), np.ones(2)
+    with pytest.raises(adjit.AdjitError, match=r"hessp=lambda x, p, \*a: h\(x, \*a, p\)"):
+        h(w, p, A, b, 0.3)          # SciPy's hessp(x, p, *args)
+    np.testing.assert_allclose(h(w, A, b, 0.3, p), A.T @ (A @ p) + 0.6 * p)

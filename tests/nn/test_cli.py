@@ -309,3 +309,22 @@ def test_inspect_reports_the_users_exception_in_one_line(capsys, tmp_path):
     code, out, err = run(capsys, "inspect", f"{f}:ridge", "--arg", "w=float64[3]", "--arg",
                          "t=float64[3]", "--wrt", "lam")
     assert code == 1 and "give it a value with --arg lam=" in err
+
+
+def test_inspect_static_configuration_arguments(capsys, tmp_path):
+    """A loop count given with --arg n=2 is traced unless --static names it (sweep 24: the
+    error said static_argnums, which the command had no option for)."""
+    src = tmp_path / "m2.py"
+    src.write_text("import numpy as np\ndef f(W, x, n):\n    h = x\n    for i in range(n):\n"
+                   "        h = np.tanh(h @ W)\n    return np.sum(h ** 2)\n")
+    base = ["inspect", f"{src}:f", "--arg", "W=float64[3,3]", "--arg", "x=float64[2,3]",
+            "--arg", "n=2", "--backend", "numpy"]
+    code, out, err = run(capsys, *base)
+    assert code == 1 and "(with adjit inspect: --static n)" in err
+    code, out, err = run(capsys, *base, "--static", "n", "--show", "code")
+    assert code == 0, err
+    assert "def value_and_grad_f(W, x)" in out and "# backward" in out
+    code, out, err = run(capsys, *base, "--static", "W")
+    assert code == 1 and "the argument differentiated is data" in err
+    code, out, err = run(capsys, *base, "--static", "m")
+    assert code == 1 and "--static m: not an argument" in err
