@@ -229,7 +229,7 @@ def main(args):
 
 
 def _main(args):
-    depths = _depths(args.depth)
+    depths = sorted(set(_depths(args.depth)))     # each depth once, shallow to deep
     adjit.frontend.api.pick_backend(args.backend)   # fails now if it cannot run here
     if args.plot:
         from .commands import check_output_path

@@ -16,6 +16,16 @@ def test_study_prints_each_schedule_and_the_growth(capsys):
     assert "sqrt: memory besides gradients grows like L^" in out
 
 
+def test_repeated_depths_are_measured_once_and_fit_nothing(capsys):
+    p = argparse.ArgumentParser()
+    memory_study.add_arguments(p)
+    args = p.parse_args(["--depth", "4,4", "--width", "16", "--batch", "8", "--repeat", "1"])
+    assert memory_study.main(args) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [r[0] for r in rows] == ["4"] * 3 and "grows like" not in out
+
+
 def test_study_rows_are_measured_and_agree_with_the_estimates():
     # activations of 1 MiB, so that the budget (whole MiB) falls between the two schedules
     store, sqrt, budget = memory_study.measure_depth(9, 128, 2048, repeat=1)
