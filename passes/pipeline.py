@@ -30,6 +30,8 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
     pass's order) and keeps that program when it fits the budget and its static peak is
     at least 5% lower (else the first: its fused forward groups recompute faster).
     """
+    if debug >= 2:
+        print(f"-- traced (with its adjoint, before any pass) --\n{g}\n")
     fusing = bool(fuse and getattr(backend, "FUSES", False))
     if fusing:
         from .fusion import fuse_elementwise
