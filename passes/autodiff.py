@@ -364,6 +364,14 @@ def derive_tangent(g: Graph, wrt) -> Graph:
             tan_inputs.append(t)
             tans[g.inputs[p]] = t
         env = dict(zip(g.inputs, ins))
+        # tangents only of values an output reads: an unused factor (the full U of an svd
+        # whose S alone is used) may have no tangent rule
+        used, stack = set(g.outputs), list(g.outputs)
+        while stack:
+            for a in g[stack.pop()]["args"]:
+                if a not in used:
+                    used.add(a)
+                    stack.append(a)
         for n in g.nodes():
             if n in env:
                 continue
@@ -372,7 +380,7 @@ def derive_tangent(g: Graph, wrt) -> Graph:
                 env[n] = ctx.emit(d["op"], [env[a] for a in d["args"]], d["attrs"],
                                   where=d["where"], name=d["name"])
             ts = [tans.get(a) for a in d["args"]]
-            if all(t is None for t in ts):
+            if n not in used or all(t is None for t in ts):
                 continue
             rule = OPS[d["op"]].jvp
             if rule is None:

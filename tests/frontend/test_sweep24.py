@@ -63,3 +63,14 @@ def test_hvp_called_in_scipys_hessp_order_says_how_to_wrap_it():
     with pytest.raises(adjit.AdjitError, match=r"hessp=lambda x, p, \*a: h\(x, \*a, p\)"):
         h(w, p, A, b, 0.3)          # SciPy's hessp(x, p, *args)
     np.testing.assert_allclose(h(w, A, b, 0.3, p), A.T @ (A @ p) + 0.6 * p)
+
+
+def test_forward_mode_through_a_full_svd_whose_singular_values_alone_are_used():
+    A = np.random.default_rng(0).uniform(-2, 2, (5, 3))
+    V = np.ones((5, 3))
+    f = lambda a: np.sum(np.linalg.svd(a)[1] ** 2)         # ||A||_F^2; U is 5 x 5
+    val, tan = adjit.jvp(f, (A,), (V,))
+    np.testing.assert_allclose(tan, 2 * np.sum(A * V), rtol=1e-12)
+    np.testing.assert_allclose(adjit.hvp(f)(A, V), 2 * V, atol=1e-12)
+    with pytest.raises(adjit.GradError, match="full U of np.linalg.svd"):
+        adjit.jvp(lambda a: np.sum(np.linalg.svd(a)[0]), (A,), (V,))
