@@ -75,7 +75,7 @@ HELPERS = {
     double x = (double)xt;
     if (x != x) return xt;
     if (x <= 0 && x == floor(x)) {
-        if (n == 0) return (T)(x == 0 ? -HUGE_VAL : nan(""));
+        if (n == 0) return (T)(x == 0 ? copysign(HUGE_VAL, -x) : nan(""));
         return (T)(n % 2 == 1 ? HUGE_VAL : -HUGE_VAL);
     }
     if (isinf(x)) return (T)(x > 0 ? (n == 0 ? HUGE_VAL : 0.0) : nan(""));
@@ -100,6 +100,10 @@ HELPERS = {
     }
     return (T)(res + sign * r);
 }""",
+    # SciPy's gammaln(-inf) is -inf (C's lgamma gives +inf)
+    "_rt_gammaln": "template <typename T> __host__ __device__ __forceinline__ T "
+                   "_rt_gammaln(T x) {\n"
+                   "    return isinf(x) && x < T(0) ? x : T(lgamma(x));\n}",
     # np.maximum / np.minimum: a NaN in either argument is the result (C's max drops it)
     "_rt_maximum": "template <typename T> __host__ __device__ __forceinline__ T "
                    "_rt_maximum(T x, T y) {\n"

@@ -111,8 +111,8 @@ def _rt_polygamma(n, x):
     if xf != xf:
         return xf
     if xf <= 0 and xf == math.floor(xf):
-        if n == 0:
-            return -math.inf if xf == 0 else math.nan
+        if n == 0:     # SciPy's psi(0.0) is -inf, psi(-0.0) inf
+            return (math.copysign(math.inf, -xf) if xf == 0 else math.nan)
         return math.inf if n % 2 == 1 else -math.inf
     if xf == math.inf:
         return math.inf if n == 0 else 0.0
@@ -148,5 +148,11 @@ def _rt_polygamma(n, x):
     return res + sign * r
 
 
+@numba.njit(inline="always", cache=True)
+def _rt_gammaln(x):
+    # SciPy's gammaln(-inf) is -inf; C's lgamma (numba's math.lgamma) gives +inf
+    return -math.inf if x == -math.inf else math.lgamma(x)
+
+
 HELPERS = ("_rt_sign", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
-           "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma")
+           "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma", "_rt_gammaln")

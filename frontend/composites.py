@@ -726,7 +726,7 @@ def tensordot(a, b, axes=2):
 
 def inner(a, b):
     if _nd(a) == 0 or _nd(b) == 0:
-        return F.mul(a, b)
+        return F.strong_mul(a, b)
     return tensordot(a, b, ([-1], [-1]))
 
 

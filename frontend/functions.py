@@ -1360,11 +1360,21 @@ def matmul(x, y):
 def dot(x, y):
     sx, sy = _shape_of(x), _shape_of(y)
     if len(sx) == 0 or len(sy) == 0:
-        return mul(x, y)
+        return strong_mul(x, y)
     if len(sx) <= 2 and len(sy) <= 2:
         return matmul(x, y)
     raise UnsupportedError(f"np.dot of arrays with more than 2 dimensions{_at(user_where())};"
                            " use np.matmul (batched) or np.einsum-free reshapes")
+
+
+def strong_mul(x, y):
+    """x * y as np.dot and np.inner of a 0-d operand: a Python number is an array there
+    (np.dot(a32, 2.0) is float64), not the weak scalar of a ufunc."""
+    if not any(_is_weak(v) for v in (x, y)):
+        return mul(x, y)
+    dt = np.result_type(*[np.asarray(v).dtype if _weak(v) else _dtype_of(v) for v in (x, y)])
+    return mul(*[np.asarray(v, dt) if _weak(v) else cast(v, dt) if isinstance(v, Tracer)
+                 else v for v in (x, y)])
 
 
 def outer(x, y):

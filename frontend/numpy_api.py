@@ -1456,7 +1456,10 @@ def _betaln(a, b):
     for t in terms[1:]:
         asym = F.add(asym, t)
     plain = F.sub(F.add(F.gammaln(a), F.gammaln(b)), F.gammaln(F.add(a, b)))
-    return F.where(far, asym, plain)
+    # SciPy's limits at an infinite argument: B -> 0 (log -inf) beside a positive one, inf
+    # beside 0 or a negative one, NaN beside inf (the series reads inf * 0 there)
+    at_inf = F.where(F.eq(small, np.inf), np.nan, F.where(F.gt(small, 0), -np.inf, np.inf))
+    return F.where(F.eq(big, np.inf), at_inf, F.where(far, asym, plain))
 
 
 def _zeta(s, q):
@@ -1624,7 +1627,8 @@ def _ndtri(p):
     x = _ndtri_lower(F.where(inside, q, 0.25))
     x = F.where(upper, F.neg(x), x)
     # -inf at 0 and inf at 1 with the derivative inf (1 / pdf): -1 / p and 1 / (1 - p) there
-    return F.where(inside, x, F.where(F.eq(p, 0), F.div(-1.0, p),
+    # (p + 0.0: -inf at -0.0 too)
+    return F.where(inside, x, F.where(F.eq(p, 0), F.div(-1.0, F.add(p, 0.0)),
                                       F.where(F.eq(p, 1), F.div(1.0, F.sub(1.0, p)), np.nan)))
 
 

@@ -432,8 +432,8 @@ def _polygamma(x, n):
 
 unary("gammaln", lambda x: _SPECIAL_FNS.gammaln(x),
       lambda g, out, x: [F.mul(g, F.polygamma(0, x))],
-      lambda t, out, x: F.mul(t[0], F.polygamma(0, x)), None, "math.lgamma({0})",
-      "lgamma({0})", 30, doc="log |Gamma(x)| (scipy.special.gammaln)")
+      lambda t, out, x: F.mul(t[0], F.polygamma(0, x)), None, "_rt_gammaln({0})",
+      "_rt_gammaln({0})", 30, doc="log |Gamma(x)| (scipy.special.gammaln)")
 _register(OpDef(
     "polygamma", 1, "elementwise", same_shape, first_dtype, _polygamma,
     lambda g, out, x, n: [F.mul(g, F.polygamma(n + 1, x))],
@@ -1685,6 +1685,7 @@ SCALAR_HELPERS = {
     "_rt_logaddexp": "log(exp(x) + exp(y)) as NumPy's npy_logaddexp",
     "_rt_logaddexp2": "log2(2**x + 2**y) as NumPy's npy_logaddexp2",
     "_rt_polygamma": "psi^(n)(x) by recurrence and asymptotic series (ir/special.py)",
+    "_rt_gammaln": "log |Gamma(x)| with SciPy's value -inf at -inf (C's lgamma: +inf)",
     "_rt_maximum": "maximum propagating NaN, as np.maximum",
     "_rt_minimum": "minimum propagating NaN, as np.minimum",
 }

@@ -138,6 +138,8 @@ def _expit(x):
 
 
 def _lgamma(v):
+    if v == -math.inf:     # SciPy's value (Python's lgamma gives inf)
+        return v
     try:
         return math.lgamma(v)
     except ValueError:     # the poles

@@ -74,3 +74,33 @@ def test_forward_mode_through_a_full_svd_whose_singular_values_alone_are_used():
     np.testing.assert_allclose(adjit.hvp(f)(A, V), 2 * V, atol=1e-12)
     with pytest.raises(adjit.GradError, match="full U of np.linalg.svd"):
         adjit.jvp(lambda a: np.sum(np.linalg.svd(a)[0]), (A,), (V,))
+
+
+@pytest.mark.parametrize("fn", [lambda a: np.dot(a, 2.0), lambda a: np.inner(a, 2.0),
+                                lambda a: a.dot(2.0), lambda a: np.dot(2, a),
+                                lambda a: np.dot(a, np.float32(2.0)),
+                                lambda a: np.dot(a[0, 0], a)])
+def test_dot_and_inner_of_a_python_number_promote_as_numpy(fn):
+    a = np.ones((2, 2), np.float32)
+    got = adjit.compile(fn, backend="numpy")(a)
+    assert got.dtype == fn(a).dtype
+    np.testing.assert_array_equal(got, fn(a))
+
+
+def test_special_functions_at_infinities_and_signed_zeros():
+    sp = pytest.importorskip("scipy.special")
+    a = np.array([2.0, np.inf, np.inf, -1.5, 3.0])
+    b = np.array([np.inf, 2.5, np.inf, np.inf, 4.0])
+    for fn in (sp.betaln, sp.beta):
+        np.testing.assert_allclose(adjit.compile(fn, backend="numpy")(a, b), fn(a, b),
+                                   rtol=1e-13)
+    z = np.array([-0.0, 0.0])
+    np.testing.assert_array_equal(adjit.compile(sp.ndtri, backend="numpy")(z), [-np.inf] * 2)
+    x = np.array([-np.inf, -0.0, 0.0, 2.5])
+    for backend in ("numpy", "numba"):
+        opts = dict(backend=backend, min_kernel_size=0) if backend == "numba" else {}
+        for fn in (sp.gammaln, sp.digamma):
+            np.testing.assert_allclose(adjit.compile(lambda t: fn(t) * 1.0, **opts)(x), fn(x),
+                                       rtol=1e-13)
+    g = adjit.grad(lambda a: np.sum(sp.betaln(a, a[::-1] + 1)))(np.array([0.5, 25.0, 3.0]))
+    assert np.all(np.isfinite(g))
