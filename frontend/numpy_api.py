@@ -1468,8 +1468,9 @@ def _zeta(s, q):
     if isinstance(B.resolve(s), Tracer) or np.any(np.asarray(s) != np.round(s)) or \
             np.any(np.asarray(s) < 1):
         e = UnsupportedError(f"scipy.special.zeta(s, q) with s not constant positive integers"
-                             f"{_at(user_where())}; adjit has zeta(n + 1, q) through "
-                             "polygamma (scipy.special.polygamma(n, q) with constant n)")
+                             f"{_at(user_where())} (scipy.special.polygamma(n, x) calls it "
+                             "with s = n + 1): adjit has zeta(n + 1, q) through polygamma, "
+                             "with n constant (a literal, or a static argument)")
         e._adjit_library = True      # adjit's own message, not "SciPy needs concrete arrays"
         raise e
     if np.ndim(s):         # polygamma(np.array([0, 1, 2]), x): one order per element

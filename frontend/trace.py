@@ -588,13 +588,19 @@ def _name_the_library(e):
            f"{where}: adjit traces NumPy and scipy.special's elementwise functions, not "
            "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
            f"NumPy ({instead}). (Inside SciPy: {type(e).__name__}: {str(e)[:120]})")
-    cls = type(e) if isinstance(e, AdjitError) else UnsupportedError
+    cls = type(e) if isinstance(e, AdjitError) and not isinstance(e, (
+        TraceError, UnsupportedError)) else _LibraryRefusal
     try:
         new = cls(msg)
     except TypeError:
         return
     new._adjit_library = True
     raise new from e
+
+
+class _LibraryRefusal(UnsupportedError, TraceError):
+    """A library routine that needs concrete values refused: an UnsupportedError (what
+    adjit does not follow) and a TraceError (what tracing cannot know), however caught."""
 
 
 _WRAPPERS = frozenset(("wrapper", "inner", "wrapped", "decorator", "decorated", "__call__",

@@ -104,3 +104,17 @@ def test_special_functions_at_infinities_and_signed_zeros():
                                        rtol=1e-13)
     g = adjit.grad(lambda a: np.sum(sp.betaln(a, a[::-1] + 1)))(np.array([0.5, 25.0, 3.0]))
     assert np.all(np.isfinite(g))
+
+
+def test_library_refusals_are_unsupported_and_trace_errors_alike():
+    linalg = pytest.importorskip("scipy.linalg")
+    sp = pytest.importorskip("scipy.special")
+    A = np.eye(3) * 2.0
+    for fn in (lambda a: linalg.expm(a), lambda a: linalg.solve(a, a[0]),
+               lambda a: sp.multigammaln(a + 3, 2)):
+        with pytest.raises(adjit.UnsupportedError) as e:
+            adjit.grad(lambda a: np.sum(fn(a)))(A)
+        assert isinstance(e.value, adjit.TraceError) and "(SciPy)" in str(e.value)
+    with pytest.raises(adjit.UnsupportedError, match="polygamma.*calls it with s = n"):
+        adjit.grad(lambda x, n: np.sum(sp.polygamma(n, x)))(np.array([0.5, 1.0]),
+                                                          np.array([0, 1]))
