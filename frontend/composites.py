@@ -281,7 +281,9 @@ def diff(x, n=1, axis=-1, prepend=None, append=None):
     return x
 
 
-_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "maximum", "minimum", "mean",
+              "median", "linear_ramp")
+_PAD_STATS = ("maximum", "minimum", "mean", "median")
 
 
 _RUNS = 8      # runs of a constant index that take_runs joins from slices
@@ -357,7 +359,8 @@ def pad(x, pad_width, mode="constant", **kw):
     """np.pad: constant padding writes x into zeros; edge/reflect/symmetric/wrap join slices."""
     if not isinstance(x, Tracer):
         return np.pad(x, pad_width, mode=mode, **kw)
-    if mode not in _PAD_MODES or set(kw) - {"constant_values", "reflect_type"}:
+    if mode not in _PAD_MODES or set(kw) - {"constant_values", "reflect_type", "stat_length",
+                                            "end_values"}:
         given = f" and {', '.join(sorted(kw))}" if kw else ""
         raise UnsupportedError(f"np.pad with mode={mode!r}{given}{_at(user_where())}; "
                                f"supported modes: {', '.join(_PAD_MODES)}")
@@ -373,6 +376,15 @@ def pad(x, pad_width, mode="constant", **kw):
     if (pw < 0).any():
         raise ShapeError(f"np.pad: index can't contain negative values ({pad_width!r})"
                          f"{_at(user_where())}")
+    if mode in _PAD_STATS or mode == "linear_ramp":
+        # axis by axis, as NumPy: a later axis's border reads the earlier axes' borders
+        extra = _pad_pairs(kw.get("stat_length" if mode != "linear_ramp" else "end_values",
+                                  None if mode != "linear_ramp" else 0), len(shape))
+        for ax, ((b, a), more) in enumerate(zip(pw, extra)):
+            if b or a:
+                x = (_ramp_pad if mode == "linear_ramp" else _stat_pad)(
+                    x, ax, int(b), int(a), more, mode)
+        return x
     if mode != "constant":
         odd = kw.get("reflect_type", "even") == "odd" and mode in ("reflect", "symmetric")
         for ax, (b, a) in enumerate(pw):
@@ -416,6 +428,62 @@ def pad(x, pad_width, mode="constant", **kw):
         inside[index] = True
         out = F.where(inside, out, border)
     return out
+
+
+def _stat_pad(x, ax, b, a, lengths, mode):
+    """np.pad's maximum/minimum/mean/median along ax: each border repeats the statistic of the
+    first (last) stat_length values (all by default)."""
+    n = _shape_of(x)[ax]
+    if n == 0:
+        raise ShapeError(f"np.pad with mode={mode!r}: can't extend empty axis {ax}"
+                         f"{_at(user_where())}")
+    stat = {"maximum": F.max, "minimum": F.min, "mean": F.mean,
+            "median": lambda v, axis, keepdims: median(v, axis, keepdims)}[mode]
+    parts = []
+    for side, width, k in (("before", b, lengths[0]), ("after", a, lengths[1])):
+        if not width:
+            continue
+        k = n if k is None else builtins.min(int(k), n)
+        if k <= 0:
+            raise ValueError(f"np.pad: stat_length of 0 for mode={mode!r}{_at(user_where())}")
+        part = _slice(x, ax, 0, k) if side == "before" else _slice(x, ax, n - k, n)
+        s = stat(part, axis=ax, keepdims=True)
+        if F._dtype_of(x).kind in "iu" and mode in ("mean", "median"):
+            s = F.round_(s)               # NumPy rounds an integer array's mean
+        s = F.cast(s, F._dtype_of(x))
+        shape = list(_shape_of(x))
+        shape[ax] = width
+        parts.append((side, F.broadcast_to(s, tuple(shape))))
+    pieces = [p for side, p in parts if side == "before"] + [x] + \
+        [p for side, p in parts if side == "after"]
+    return F.concatenate(pieces, ax)
+
+
+def _ramp_pad(x, ax, b, a, ends, mode):
+    """np.pad's linear_ramp along ax: from end_value to the edge value, the edge excluded."""
+    n = _shape_of(x)[ax]
+    if n == 0:
+        raise ShapeError(f"np.pad with mode='linear_ramp': can't extend empty axis {ax}"
+                         f"{_at(user_where())}")
+    if F._dtype_of(x).kind not in "fc":
+        raise UnsupportedError(f"np.pad with mode='linear_ramp' of a {F._dtype_of(x)} array"
+                               f"{_at(user_where())}; pad a float array")
+    pieces = []
+    for side, width, end in (("before", b, ends[0]), ("after", a, ends[1])):
+        if not width:
+            continue
+        edge = _slice(x, ax, 0, 1) if side == "before" else _slice(x, ax, n - 1, n)
+        shape = [1] * len(_shape_of(x))
+        shape[ax] = width
+        frac = np.arange(width, dtype=np.float64).reshape(shape) / width
+        if side == "after":
+            frac = np.flip(frac, ax)
+        end = F.cast(end, F._dtype_of(x)) if isinstance(end, Tracer) else \
+            np.asarray(end, F._dtype_of(x))
+        ramp = F.add(end, F.mul(F.sub(edge, end), frac.astype(F._dtype_of(x))))
+        pieces.append((side, ramp))
+    return F.concatenate([p for side, p in pieces if side == "before"] + [x] +
+                         [p for side, p in pieces if side == "after"], ax)
 
 
 def _holds_traced(v):

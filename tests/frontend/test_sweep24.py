@@ -118,3 +118,20 @@ def test_library_refusals_are_unsupported_and_trace_errors_alike():
     with pytest.raises(adjit.UnsupportedError, match="polygamma.*calls it with s = n"):
         adjit.grad(lambda x, n: np.sum(sp.polygamma(n, x)))(np.array([0.5, 1.0]),
                                                           np.array([0, 1]))
+
+
+@pytest.mark.parametrize("mode, kw", [
+    ("maximum", {}), ("minimum", {"stat_length": 2}), ("mean", {"stat_length": ((1, 3), (2, 2))}),
+    ("median", {"stat_length": (3, 1)}), ("mean", {}), ("linear_ramp", {}),
+    ("linear_ramp", {"end_values": ((1.0, -2.0), (0.5, 3.0))})])
+def test_pad_statistic_and_ramp_modes(mode, kw):
+    rng = np.random.default_rng(24)
+    X, w = rng.normal(size=(4, 5)), rng.normal(size=(8, 10))
+    f = lambda x: np.pad(x, ((2, 2), (3, 2)), mode=mode, **kw)
+    loss = lambda x: np.sum(f(x) * w[:, :10][:8, :f(x).shape[1]])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(X), f(X), rtol=1e-14)
+    np.testing.assert_allclose(adjit.grad(loss, backend="numpy")(X), _numgrad(loss, X),
+                               rtol=1e-6, atol=1e-8)
+    xi = (X * 10).astype(np.int64)
+    if mode != "linear_ramp":
+        np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(xi), f(xi))
