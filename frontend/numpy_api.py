@@ -2511,8 +2511,7 @@ def constructors_accept_tracers():
                 for mod, name, orig in _originals.pop("polynomial"):
                     setattr(mod, name, orig)
                 for d, key, orig, new in _originals.pop("user_globals"):
-                    if d.get(key) is new:
-                        d[key] = orig
+                    _unswap((d, key, orig, new, 0))
     return restore
 
 
@@ -2623,6 +2622,68 @@ class Table(np.ndarray):
 B.PLAIN_TYPES = (np.ndarray, Table)
 _tables = [0]           # traces (and threads) that see the user's arrays as Tables now
 _cells = {}             # id(cell) -> [cell, plain array, its Table, count]
+_slots = {}             # (id(container), key) -> [container, key, plain array, its Table, count]
+
+
+def _user_instance(v) -> bool:
+    """An object of a class from the user's code (a model, a loss with its class weights) or
+    a SimpleNamespace: its attributes may hold the arrays a traced function indexes."""
+    import types
+    if isinstance(v, types.SimpleNamespace):
+        return True
+    if isinstance(v, type):
+        return False
+    mod = sys.modules.get(getattr(type(v), "__module__", None) or "")
+    if mod is None:
+        return False
+    kind = _module_kinds.get(mod.__name__)
+    if kind is None or kind[0] is not mod:
+        kind = _module_kinds[mod.__name__] = (mod, _is_user_module(mod))
+    return kind[1]
+
+
+def _table_slots(v):
+    """(container, key, plain array) one level into v: a dict's values, a list's items, the
+    attributes of a user object (self.class_weights[labels], TABLES["a"][idx])."""
+    if isinstance(v, dict) and type(v) is dict:
+        c = v
+    elif type(v) is list:
+        c = v
+    elif _user_instance(v):
+        c = getattr(v, "__dict__", None)
+        if type(c) is not dict:
+            return []
+    else:
+        return []
+    items = c.items() if isinstance(c, dict) else enumerate(c)
+    return [(c, k, x) for k, x in list(items)
+            if type(x) is np.ndarray and not (isinstance(k, str) and k.startswith("__"))]
+
+
+def _swap_slot(c, k, x, counted):
+    """c[k] = x's Table; with counted, shared by the traces (threads) that swap it."""
+    t = _as_table(x)
+    if t is None:
+        return None
+    if counted:
+        entry = _slots.get((id(c), k))
+        if entry is not None and entry[0] is c and entry[2] is x and c[k] is entry[3]:
+            entry[4] += 1
+            return entry
+        entry = _slots[(id(c), k)] = [c, k, x, t, 1]
+    else:
+        entry = [c, k, x, t, 1]
+    c[k] = t
+    return entry
+
+
+def _unswap(entry):
+    c, k, x, t, _ = entry
+    try:
+        if c[k] is t:
+            c[k] = x
+    except (IndexError, KeyError):
+        pass
 
 
 def tables_on() -> bool:
@@ -2659,8 +2720,10 @@ def _as_table(value):
 
 def closure_tables(fn):
     """When Tables are seen: the plain arrays in fn's closure cells (and in those of the
-    functions it closes over, one level) swapped for Table views, counted per cell so that
-    traces in two threads share them; returns a function restoring them."""
+    functions it closes over, one level, and of the user's functions that adjit's wrappers
+    close over), and one level into the dicts, lists and user objects there (a callable
+    loss object's self.w, a bound method's object), swapped for Table views, counted per
+    cell so that traces in two threads share them; returns a function restoring them."""
     if not tables_on():
         return lambda: None
     import inspect
@@ -2671,7 +2734,13 @@ def closure_tables(fn):
         if id(f) in seen:
             return
         seen.add(id(f))
+        swap(getattr(f, "__self__", None))      # a bound method's object
+        if not hasattr(getattr(f, "__func__", f), "__code__"):
+            swap(f)                             # a callable object (a loss with weights)
         f = getattr(f, "__func__", f)
+        ours = str(getattr(f, "__module__", "")).startswith("adjit.")
+        if depth > 1 and ours:
+            return
         for cell in getattr(f, "__closure__", None) or ():
             try:
                 v = cell.cell_contents
@@ -2687,8 +2756,19 @@ def closure_tables(fn):
                 entry = _cells[id(cell)] = [cell, v, t, 1]
                 cell.cell_contents = t
                 done.append(entry)
-            elif depth < 1 and callable(v) and hasattr(v, "__closure__"):
-                visit(v, depth + 1)
+            elif callable(v) and hasattr(v, "__closure__"):
+                # the user's function inside adjit's wrappers (named -> traced -> fn)
+                if depth < 1 or (ours and depth < 3):
+                    visit(v, depth + 1)
+            else:
+                swap(v)              # a dict, a list or a user object: one level in
+
+    def swap(v):
+        for c, k, x in _table_slots(v):
+            entry = _swap_slot(c, k, x, counted=True)
+            if entry is not None:
+                slots.append(entry)
+    slots = []
     with _patch_lock:
         try:
             visit(fn, 0)
@@ -2697,6 +2777,12 @@ def closure_tables(fn):
 
     def restore():
         with _patch_lock:
+            for entry in slots:
+                entry[4] -= 1
+                if entry[4] <= 0:
+                    if _slots.get((id(entry[0]), entry[1])) is entry:
+                        del _slots[(id(entry[0]), entry[1])]
+                    _unswap(entry)
             for entry in done:
                 cell, v, t, _ = entry
                 entry[3] -= 1
@@ -2741,6 +2827,12 @@ def _patch_user_globals():
                 if t is not None:
                     d[key] = t
                     done.append((d, key, value, t))
+            elif tables and not key.startswith("__"):
+                # one level into a module's dicts, lists and objects (CONFIG["w"][labels])
+                for c, k, x in _table_slots(value):
+                    entry = _swap_slot(c, k, x, counted=False)
+                    if entry is not None:
+                        done.append((c, k, x, entry[3]))
     return done
 
 

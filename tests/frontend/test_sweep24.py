@@ -135,3 +135,42 @@ def test_pad_statistic_and_ramp_modes(mode, kw):
     xi = (X * 10).astype(np.int64)
     if mode != "linear_ramp":
         np.testing.assert_array_equal(adjit.compile(f, backend="numpy")(xi), f(xi))
+
+
+class _WeightedLoss:
+    def __init__(self):
+        self.w = np.array([1.0, 2.0, 0.5])
+
+    def __call__(self, logits, y):
+        lp = logits - np.log(np.sum(np.exp(logits), axis=1, keepdims=True))
+        return -np.sum(self.w[y] * lp[np.arange(len(y)), y])
+
+
+class _Embed:
+    def __init__(self):
+        self.emb = np.arange(12.0).reshape(4, 3)
+
+    def loss(self, h, ids):
+        return np.sum(self.emb[ids] * h)
+
+
+_CFG = {"w": np.array([1.0, 2.0, 0.5])}
+_LIST = [np.array([1.0, 2.0, 0.5])]
+
+
+def test_arrays_in_attributes_and_containers_are_indexed_by_traced_labels():
+    """class weights on an object (self.w[y]), in a module's dict or list, indexed by traced
+    labels: NumPy asked the labels for their values; a second trace sees them as Tables."""
+    rng = np.random.default_rng(24)
+    logits, y = rng.normal(size=(4, 3)), np.array([0, 2, 1, 1])
+    loss = _WeightedLoss()
+    m = _Embed()
+    for f in (loss, lambda z, y: np.sum(_CFG["w"][y] * z[:, 0]),
+              lambda z, y: np.sum(_LIST[0][y] * z[:, 0]), m.loss):
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(logits, y),
+                                   f(logits, y), rtol=1e-13)
+        np.testing.assert_allclose(adjit.grad(f)(logits, y),
+                                   _numgrad(lambda z: f(z, y), logits), rtol=1e-6, atol=1e-9)
+    # the user's objects hold their own arrays again
+    assert type(loss.w) is np.ndarray and type(m.emb) is np.ndarray
+    assert type(_CFG["w"]) is np.ndarray and type(_LIST[0]) is np.ndarray
