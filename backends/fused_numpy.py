@@ -18,9 +18,7 @@ from .codegen import comment, literal
 def ufunc_name(op):
     """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), else None."""
     fn = OPS[op].numpy
-    own = getattr(np, fn.__name__, None)
-    own = getattr(own, "_ufunc", own)       # NumPy's ufunc while a trace stands in for it
-    if isinstance(fn, np.ufunc) and own is fn:
+    if isinstance(fn, np.ufunc) and getattr(np, fn.__name__, None) is fn:
         return f"np.{fn.__name__}"
     return None
 

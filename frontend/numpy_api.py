@@ -1075,7 +1075,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                       else f"np.{ufunc.__name__}(..., out=x)", casting)
     if method == "__call__" and ufunc in UFUNCS:
         dtype = kwargs.pop("dtype", None)
-        if _numpy_ufunc("vecdot") is ufunc and set(kwargs) <= {"axis"}:
+        if getattr(np, "vecdot", None) is ufunc and set(kwargs) <= {"axis"}:
             return UFUNCS[ufunc](*inputs, **kwargs)
         if kwargs:
             _unsupported(f"{ufunc.__name__} with arguments {sorted(kwargs)}")
@@ -1115,7 +1115,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             ufunc.nout == 1:
         return _ufunc_at_rounds(ufunc, *inputs)
     if (method == "__call__" and not kwargs and ufunc.__name__ in _SCIPY_SPECIAL
-            and _numpy_ufunc(ufunc.__name__) is not ufunc):
+            and getattr(np, ufunc.__name__, None) is not ufunc):
         # the dtype SciPy's own loop search gives these dtypes (its first loop the inputs
         # cast to: beta(x32, 2.0) is float64, huber(1.0, x32) float32); computed in it
         want = _scipy_result_dtype(ufunc, inputs)
@@ -1128,7 +1128,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             f"a ufunc made by np.frompyfunc called on traced arrays{_at(user_where())}: use "
             "np.vectorize(f) instead (adjit calls f once per element), or write f with NumPy "
             "operations on whole arrays")
-    if _numpy_ufunc(ufunc.__name__) is not ufunc:
+    if getattr(np, ufunc.__name__, None) is not ufunc:
         _unsupported_other(f"the ufunc {ufunc.__name__} (not NumPy's: from scipy.special or "
                            "another library)")
     if method == "reduce" and (ufunc in _REDUCE or ufunc in _ASSOCIATIVE) and \
@@ -1143,7 +1143,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
             return _REDUCE[ufunc](x, axis=axis, keepdims=keepdims)
         return C.fold(UFUNCS[ufunc], x, axis, keepdims, f"np.{ufunc.__name__}.reduce")
     if method == "accumulate" and (ufunc in _ACCUMULATE or ufunc in _ASSOCIATIVE or
-                                   ufunc == np.subtract) and \
+                                   ufunc is np.subtract) and \
             set(kwargs) <= {"axis", "dtype"}:
         x, axis = inputs[0], kwargs.get("axis", 0)
         if kwargs.get("dtype") is not None:
@@ -1152,7 +1152,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 return F.cast(_ACCUMULATE[ufunc](x, axis=axis), x.dtype)
         if ufunc in _ACCUMULATE:
             return _ACCUMULATE[ufunc](x, axis=axis)
-        if ufunc == np.subtract:
+        if ufunc is np.subtract:
             if F._dtype_of(x).kind not in "fi":
                 _unsupported(f"subtract.accumulate of {F._dtype_of(x)} arrays")
             # ((x0 - x1) - x2) ...: the running sum of x0, -x1, -x2, ... (a - b is a + -b)
@@ -1205,7 +1205,7 @@ def _reduceat(ufunc, x, indices, axis=0, dtype=None):
     ends = np.where(ends > idx, ends, idx + 1)   # a non-increasing pair takes x[indices[i]]
     pos = np.concatenate([np.arange(a, b) for a, b in zip(idx, ends)]).astype(np.intp)
     seg = np.repeat(np.arange(len(idx)), ends - idx)
-    if ufunc == np.add:
+    if ufunc is np.add:
         moved = C.moveaxis(x, ax, 0)
         rest = tuple(F._shape_of(moved))[1:]
         r = int(np.prod(rest))
@@ -1267,13 +1267,13 @@ def _ufunc_at(ufunc, a, indices, b=None):
     if traced is not None:  # labels: np.add.at(counts, y, 1) accumulates, as scatter_add
         arrays, tkey, shape, _ = traced
         val = F._value_for(b, shape, a)
-        summed = F.scatter_add(F.neg(val) if ufunc == np.subtract else val, arrays, tkey,
+        summed = F.scatter_add(F.neg(val) if ufunc is np.subtract else val, arrays, tkey,
                                a.shape)
         _store(a, F.add(a, summed), f"np.{ufunc.__name__}.at")
         return
     pos, val = F.index_target(a, indices, b)
     flat = pos.reshape(-1)
-    if ufunc == np.subtract:
+    if ufunc is np.subtract:
         val = F.neg(val)
     val = F.reshape(val, (-1,))
     if flat.size == 0:
@@ -2176,50 +2176,6 @@ def _taking_lists(orig):
     return fn
 
 
-class _ListUfunc:
-    """np.exp & co. while tracing: a list or tuple holding traced values is stacked first
-    (np.exp([a, b]), np.add([a, b], w), np.maximum.reduce([a, b, c])), where the ufunc itself
-    would ask for its concrete value. Otherwise it is the ufunc, equal to it and hashed as it,
-    so a dict keyed by ufuncs still finds it."""
-    __slots__ = ("_ufunc",)
-    _adjit_ufunc = True      # pytree.py's mark: static configuration, as a ufunc
-    # the positional arguments of each method that are arrays (not at's or reduceat's indices)
-    _METHODS = {"reduce": (0,), "accumulate": (0,), "reduceat": (0,), "outer": (0, 1),
-                "at": (2,)}
-
-    def __init__(self, ufunc):
-        self._ufunc = ufunc
-
-    def __call__(self, *args, **kwargs):
-        return self._ufunc(*_stack_lists(args), **kwargs)
-
-    def __getattr__(self, name):
-        attr = getattr(self._ufunc, name)
-        arrays = self._METHODS.get(name)
-        if arrays is None:
-            return attr
-        return lambda *args, **kwargs: attr(*_stack_lists(args, arrays), **kwargs)
-
-    def __eq__(self, other):
-        return self._ufunc == getattr(other, "_ufunc", other)
-
-    def __hash__(self):
-        return hash(self._ufunc)
-
-    def __repr__(self):
-        return repr(self._ufunc)
-
-    @property
-    def __doc__(self):
-        return self._ufunc.__doc__
-
-
-def _numpy_ufunc(name):
-    """NumPy's own ufunc of that name (not the _ListUfunc standing for it while tracing)."""
-    u = getattr(np, name, None)
-    return u._ufunc if isinstance(u, _ListUfunc) else u
-
-
 def _stack_lists(args, which=None):
     """args with each list or tuple holding traced values (at the positions `which`, or any)
     made one traced array."""
@@ -2227,12 +2183,6 @@ def _stack_lists(args, which=None):
             else CX.from_nested(a) if CX.holds(a) else
             _from_nested(a, _originals["asarray"]) if _holds_tracer(a) else a
             for i, a in enumerate(args)]
-
-
-# the ufuncs of NumPy's namespace that adjit traces, as _ListUfuncs while tracing (np.abs is a
-# list taker already)
-_LIST_UFUNCS = tuple(name for name in dir(np) if isinstance(getattr(np, name), np.ufunc)
-                     and getattr(np, name) in UFUNCS and (np, name) not in _LIST_TAKERS)
 
 
 class _Concatenator:
@@ -2400,9 +2350,6 @@ def constructors_accept_tracers():
             for mod, name in _LIST_TAKERS:
                 _originals[(mod, name)] = getattr(mod, name)
                 setattr(mod, name, _made(_taking_lists, _originals[(mod, name)]))
-            for name in _LIST_UFUNCS:
-                _originals[("ufunc", name)] = getattr(np, name)
-                setattr(np, name, _made(_ListUfunc, _originals[("ufunc", name)]))
             for name, column in (("r_", False), ("c_", True)):
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _Concatenator(_originals[name], column))
@@ -2496,8 +2443,6 @@ def constructors_accept_tracers():
                     setattr(np.random, name, _originals.pop(("random", name)))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))
-                for name in _LIST_UFUNCS:
-                    setattr(np, name, _originals.pop(("ufunc", name)))
                 if "scipy_fft" in _originals:
                     sfft = sys.modules.get("scipy.fft")
                     for name, orig in _originals.pop("scipy_fft").items():

@@ -51,7 +51,6 @@ def _flatten(t, path, leaves, paths):
         return ("dataclass", (type(t), names), tuple(
             ("static", Static(getattr(t, f.name), f"{path}.{f.name}"), ())
             if isinstance(getattr(t, f.name), _STATIC) or
-            getattr(type(getattr(t, f.name)), "_adjit_ufunc", False) or
             f.metadata.get("static") or f.metadata.get("pytree_node") is False
             else _flatten(getattr(t, f.name), f"{path}.{f.name}", leaves, paths)
             for f in fields))

@@ -712,9 +712,8 @@ class Tracer:
                 "Structured (record) dtypes are not followed: keep one array per field.")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
-                      "traced array here, often inside a Python list: a list [a, b] passed to "
-                      "one (a SciPy function, or exp imported by `from numpy import exp`) "
-                      "needs np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
+                      "traced array here, often inside a Python list: np.exp([a, b]) needs "
+                      "np.stack([a, b]) first; X.dot(W) with X a NumPy array and W traced "
                       "needs X @ W or np.dot(X, W); np.float64(x), np.int64(x) (any NumPy "
                       "scalar type) of a traced value is x.astype(np.float64) (np.int64); "
                       "a NumPy array indexed by traced integers (table[idx]) must be an "
