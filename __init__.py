@@ -10,11 +10,11 @@ from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jac
 from .frontend.functions import (erf, erfc, logsumexp, log_softmax, one_hot, relu, sigmoid,
                                  softmax, softplus, stop_gradient, where)
 from .frontend.trace import trace
-from .ir.errors import (AdjitError, AdjitWarning, BudgetError, GradError, OptionError,
-                        ShapeError, TraceError, UnsupportedError, VerifyError)
+from .ir.errors import (AdjitError, AdjitWarning, BudgetError, GradError, LibraryError,
+                        OptionError, ShapeError, TraceError, UnsupportedError, VerifyError)
 from .ir.graph import Graph
 
-__all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "GradError", "MemoryReport", "OptionError",
+__all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "GradError", "LibraryError", "MemoryReport", "OptionError",
            "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
            "compile", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
            "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",

@@ -1457,9 +1457,10 @@ def _betaln(a, b):
         asym = F.add(asym, t)
     plain = F.sub(F.add(F.gammaln(a), F.gammaln(b)), F.gammaln(F.add(a, b)))
     # SciPy's limits at an infinite argument: B -> 0 (log -inf) beside a positive one, inf
-    # beside 0 or a negative one, NaN beside inf (the series reads inf * 0 there)
+    # beside 0 or a negative one, NaN beside inf (the series reads inf * 0 there); inf at -inf
     at_inf = F.where(F.eq(small, np.inf), np.nan, F.where(F.gt(small, 0), -np.inf, np.inf))
-    return F.where(F.eq(big, np.inf), at_inf, F.where(far, asym, plain))
+    return F.where(F.eq(small, -np.inf), np.inf,
+                   F.where(F.eq(big, np.inf), at_inf, F.where(far, asym, plain)))
 
 
 def _zeta(s, q):
@@ -2837,10 +2838,20 @@ def _norm_method(kind, orig):
     code needs concrete arrays); float64 as SciPy; logcdf and logsf are log_ndtr's, finite
     far into the tails as SciPy's; ppf and isf are loc +- scale ndtri(q), as SciPy's; NaN
     where scale <= 0, as SciPy."""
+    first = _first_parameter(orig)
+
     @functools.wraps(orig)
-    def fn(self, x, loc=0, scale=1, *rest, **kw):
-        if rest or kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
-            return orig(self, x, loc, scale, *rest, **kw)
+    def fn(self, *args, **kw):
+        split = _split_first(first, args, kw)
+        if split is None:
+            return orig(self, *args, **kw)          # SciPy's own error
+        x, rest, kw = split
+        try:
+            (loc, scale), kw = _bind(rest, kw, ("loc", "scale"), (0, 1))
+        except TypeError:
+            return orig(self, *args, **kw)
+        if kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
+            return orig(self, *args, **kw)
         x, loc, scale = (F.cast(B.resolve(a), np.float64) if _holds_tracer(a) else
                          np.asarray(a, np.float64) for a in (x, loc, scale))
         r = _norm_value(kind, x, loc, scale)
@@ -2866,13 +2877,47 @@ def _norm_value(kind, x, loc, scale):
 _NORM_WRAPS = {kind: functools.partial(_norm_method, kind) for kind in _NORM_METHODS}
 
 
+def _first_parameter(method):
+    """The name of a distribution method's first argument after self: x, q (ppf, isf) or k
+    (a discrete distribution's), which users may pass by keyword (st.expon.ppf(q=0.3))."""
+    while hasattr(method, "__wrapped__"):
+        method = method.__wrapped__
+    return list(inspect.signature(method).parameters)[1]
+
+
+def _split_first(first, args, kwds):
+    """(the first argument, the other positional ones, the other keywords), or None."""
+    if args:
+        return args[0], args[1:], kwds
+    if first in kwds:
+        kwds = dict(kwds)
+        return kwds.pop(first), (), kwds
+    return None
+
+
+def _bind(args, kwds, names, defaults):
+    """names bound from the positional args then the keywords (the rest of kwds returned)."""
+    if len(args) > len(names):
+        raise TypeError("too many arguments")
+    kwds = dict(kwds)
+    values = list(args) + [kwds.pop(n, d) for n, d in zip(names[len(args):],
+                                                         defaults[len(args):])]
+    if any(n in kwds for n in names[:len(args)]):
+        raise TypeError("an argument given twice")
+    return values, kwds
+
+
 def _stats_method(family, kind, orig):
     """A scipy.stats distribution's public method that does its work in scipy_stats.py when
     an argument is traced."""
+    first = _first_parameter(orig)
+
     @functools.wraps(orig)
-    def fn(self, x, *args, **kwds):
-        if not SS.traced((x,) + args + tuple(kwds.values())):
-            return orig(self, x, *args, **kwds)
+    def fn(self, *args, **kwds):
+        split = _split_first(first, args, kwds)
+        if split is None or not SS.traced(args + tuple(kwds.values())):
+            return orig(self, *args, **kwds)
+        x, args, kwds = split
         with np.errstate(all="ignore"):     # constant parts at SciPy's edge values, as SciPy
             return family(kind, self, x, args, kwds)
     return fn

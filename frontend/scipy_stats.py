@@ -35,12 +35,16 @@ def _special(name):
 
 
 def _t_logpdf(z, df):
-    # SciPy's goes through sc.poch and a data-dependent branch for df = inf
-    half = F.mul(F.add(df, 1.0), 0.5)
+    # SciPy's goes through sc.poch and a data-dependent branch for df = inf (the normal)
+    finite = C.isfinite(df)
+    d = F.where(finite, df, 1.0)
+    half = F.mul(F.add(d, 1.0), 0.5)
     gl = _special("gammaln")
-    return F.sub(F.sub(gl(half), gl(F.mul(df, 0.5))),
-                 F.add(F.mul(F.add(F.log(df), math.log(math.pi)), 0.5),
-                       F.mul(half, F.log1p(F.div(F.mul(z, z), df)))))
+    t = F.sub(F.sub(gl(half), gl(F.mul(d, 0.5))),
+              F.add(F.mul(F.add(F.log(d), math.log(math.pi)), 0.5),
+                    F.mul(half, F.log1p(F.div(F.mul(z, z), d)))))
+    normal = F.sub(F.mul(F.mul(z, z), -0.5), 0.5 * math.log(2 * math.pi))
+    return F.where(finite, t, normal)
 
 
 # adjit's own standardized formulas where SciPy's private ones do not trace
@@ -74,8 +78,8 @@ def _private(dist, method, kind):
             return own(*args) if own is not None else fn(*args)
         except (TraceError, UnsupportedError, TypeError) as e:
             # (TypeError: a Cython routine's argument)
-            raise _refusal(dist, kind, f"its formula ({dist.name}.{method}) uses a function "
-                           "adjit does not trace", e) from None
+            raise _refusal(dist, kind, f"formula ({dist.name}.{method}) uses a function adjit "
+                           "does not trace", e) from None
     return call
 
 
@@ -99,7 +103,7 @@ def refusing(family):
         except (TraceError, UnsupportedError, TypeError) as e:
             if getattr(e, "_adjit_stats", False):
                 raise
-            raise _refusal(dist, kind, "checks of its parameters need their values", e) \
+            raise _refusal(dist, kind, "checks of the parameters need their values", e) \
                 from None
     return run
 
@@ -144,11 +148,21 @@ def continuous(kind, dist, x, args, kwds):
         off = -np.inf if kind == "logpdf" else 0.0
         out = F.where(inside, r, off)
     else:
+        # SciPy's: the formula inside the open support, the distribution's value at and beyond
+        # its ends (so at +-inf too)
+        inside = C.logical_and(dist._open_support_mask(z, *shapes), F.gt(scale, 0))
+        zz = F.where(inside, z, _a_point(a, b))
         r = _private(dist, "_" + kind, kind)(zz, *shapes)
-        below, above = ((0.0, 1.0) if kind == "cdf" else (1.0, 0.0) if kind == "sf" else
-                        (-np.inf, 0.0) if kind == "logcdf" else (0.0, -np.inf))
-        out = F.where(inside, r, F.where(F.le(z, a), below, above))
+        out = F.where(inside, r, _off_support(kind, z, a, b))
     return F.where(C.logical_and(good, C.logical_not(C.isnan(z))), out, np.nan)
+
+
+def _off_support(kind, z, a, b):
+    """cdf, logcdf, sf, logsf where the formula is not evaluated: 1 (log 0) at and beyond the
+    upper end for the cdf, at and below the lower end for the sf, else 0 (log -inf)."""
+    ends = F.ge(z, b) if kind in ("cdf", "logcdf") else F.le(z, a)
+    return F.where(ends, 0.0 if kind.startswith("log") else 1.0,
+                   -np.inf if kind.startswith("log") else 0.0)
 
 
 def _density(dist, kind, z, shapes):
@@ -189,82 +203,139 @@ def discrete(kind, dist, k, args, kwds):
     a, b = dist._get_support(*shapes)
     k = F.sub(k, loc)
     good = _valid(dist, shapes)
-    on = C.logical_and(F.ge(k, a), F.le(k, b))
     if kind in ("pmf", "logpmf"):
-        on = C.logical_and(on, F.eq(F.floor(k), k))
-    kk = F.where(on, k, _a_point(a, b) if kind in ("pmf", "logpmf") else 0.0)
-    if kind in ("cdf", "logcdf", "sf", "logsf"):
-        kk = F.floor(kk)
-    r = _density(dist, kind, kk, shapes) if kind in ("pmf", "logpmf") else \
-        _private(dist, "_" + kind, kind)(kk, *shapes)
-    if kind in ("pmf", "logpmf"):
+        on = C.logical_and(C.logical_and(F.ge(k, a), F.le(k, b)), F.eq(F.floor(k), k))
+        r = _density(dist, kind, F.where(on, k, _a_point(a, b)), shapes)
         out = F.where(on, r, -np.inf if kind == "logpmf" else 0.0)
     else:
-        below, above = ((0.0, 1.0) if kind == "cdf" else (1.0, 0.0) if kind == "sf" else
-                        (-np.inf, 0.0) if kind == "logcdf" else (0.0, -np.inf))
-        out = F.where(on, r, F.where(F.lt(k, a), below, above))
+        # SciPy's: the formula for finite a <= k < b, the ends' values at and beyond them
+        on = C.logical_and(C.logical_and(F.ge(k, a), F.lt(k, b)), C.isfinite(k))
+        r = _private(dist, "_" + kind, kind)(F.floor(F.where(on, k, _a_point(a, b))), *shapes)
+        if kind in ("cdf", "sf"):
+            r = F.minimum(F.maximum(r, 0.0), 1.0)       # SciPy clips them
+        ends = F.ge(k, b) if kind in ("cdf", "logcdf") else F.lt(k, a)
+        off = F.where(ends, 0.0 if kind.startswith("log") else 1.0,
+                      -np.inf if kind.startswith("log") else 0.0)
+        out = F.where(on, r, off)
     return F.where(C.logical_and(good, C.logical_not(C.isnan(k))), out, np.nan)
 
 
 # -- multivariate ----------------------------------------------------------------------------
 def mvn(kind, x, mean=None, cov=1, allow_singular=False):
-    """multivariate_normal.logpdf / pdf: -(d log 2 pi + log det S + r' S^-1 r) / 2 through
-    the Cholesky factor; x's last axis is the dimension (a 1-d x is one point, or points of a
-    1-d distribution), as SciPy's, and the result is squeezed as SciPy's."""
+    """multivariate_normal.logpdf / pdf: -(rank log 2 pi + log pdet S + |whiten(x - m)|^2) / 2.
+    A constant cov (or a scipy.stats.Covariance) is SciPy's own factor (allow_singular as
+    SciPy: -inf off a singular cov's support); a traced one goes through its Cholesky factor.
+    Points and the squeezed result are SciPy's (a 1-d x is one point, or points of a 1-d
+    distribution)."""
+    from scipy.stats import _multivariate as mv
+    cov_traced, mean_traced = traced([cov]), mean is not None and traced([mean])
+    if cov_traced:
+        if allow_singular:
+            raise UnsupportedError(f"multivariate_normal with allow_singular=True and a traced "
+                                   f"cov{_at(user_where())}: the pseudo-determinant's gradient "
+                                   "is not followed; give a nonsingular cov")
+        cov = _f64(cov)
+        sc = F._shape_of(cov)
+        dim = (F._shape_of(_f64(mean))[-1] if mean is not None and F._shape_of(_f64(mean))
+               else sc[0] if sc else 1)
+        if len(sc) < 2:                      # a number, or a vector of the diagonal
+            cov = F.mul(cov, np.eye(dim))
+        L = LA.cholesky(cov)
+        rank, logdet = dim, F.mul(F.sum(F.log(F.diagonal(L)), axis=None), 2.0)
+
+        def whiten(dev):
+            flat = F.reshape(dev, (-1, dim))
+            y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
+            return F.reshape(F.transpose(y, (1, 0)), F._shape_of(dev))
+        support = None
+    else:
+        shape = None if mean is None else np.shape(B.resolve(mean)) if not mean_traced \
+            else F._shape_of(B.resolve(mean))
+        dim, _, c = mv.multivariate_normal._process_parameters(
+            None if mean is None else np.zeros(shape) if mean_traced else mean, cov,
+            allow_singular)
+        rank, logdet, whiten = c.rank, c.log_pdet, c.whiten
+        psd = getattr(c, "_psd", None)      # SciPy's _PSD: V spans the null space
+        support = None if np.all(rank == dim) or psd is None else (psd.V, psd.eps)
+        if support is None and np.any(rank < dim):
+            raise UnsupportedError(f"multivariate_normal with a singular {type(c).__name__} "
+                                   f"of traced points{_at(user_where())}; give the "
+                                   "covariance matrix itself")
+    mean = np.zeros(dim) if mean is None else _f64(mean)
     x = _f64(x)
-    cov = _f64(cov)
-    mean = None if mean is None else _f64(mean)
-    dim = (F._shape_of(mean)[-1] if mean is not None and F._shape_of(mean) else
-           F._shape_of(cov)[0] if F._shape_of(cov) else 1)
-    if not F._shape_of(cov):
-        cov = F.mul(cov, np.eye(dim))
-    elif len(F._shape_of(cov)) == 1:
-        cov = F.mul(cov, np.eye(dim))       # a vector: the diagonal
-    mean = np.zeros(dim) if mean is None else mean
     xs = F._shape_of(x)
-    if dim == 1 and (not xs or xs[-1] != 1):
-        x = F.reshape(x, tuple(xs) + (1,))
-    elif not xs:
+    if len(xs) == 0:
         x = F.reshape(x, (1,))
-    r = F.sub(x, mean)
-    L = LA.cholesky(cov)
-    flat = F.reshape(r, (-1, dim))
-    y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
-    maha = F.reshape(F.sum(F.mul(y, y), axis=0), F._shape_of(r)[:-1])
-    logdet = F.mul(F.sum(F.log(F.diagonal(L)), axis=None), 2.0)
-    out = F.mul(F.add(F.add(maha, logdet), dim * math.log(2 * math.pi)), -0.5)
+    elif len(xs) == 1:
+        x = F.reshape(x, (xs[0], 1) if dim == 1 else (1, xs[0]))
+    dev = F.sub(x, mean)
+    w = whiten(dev)
+    maha = F.sum(F.mul(w, w), axis=-1)
+    out = F.mul(F.add(F.add(maha, logdet), float(rank) * math.log(2 * math.pi)), -0.5)
+    if support is not None:
+        # SciPy's: -inf off the support of a singular covariance
+        null, eps = support
+        res = F.sqrt(F.sum(F.mul(F.matmul(dev, null), F.matmul(dev, null)), axis=-1))
+        out = F.where(F.lt(res, eps), out, -np.inf)
     out = F.exp(out) if kind == "pdf" else out
     shape = F._shape_of(out)
-    if shape and any(d == 1 for d in shape):
-        out = F.reshape(out, tuple(d for d in shape if d != 1))
-    return out
+    return F.reshape(out, tuple(d for d in shape if d != 1)) if 1 in shape else out
 
 
 def dirichlet(kind, x, alpha):
-    """dirichlet.logpdf / pdf: sum((alpha - 1) log x) - log B(alpha) over the first axis."""
+    """dirichlet.logpdf / pdf: sum((alpha - 1) log x) - log B(alpha) over the first axis; x
+    one entry short gets 1 - sum(x) as its last, as SciPy's. SciPy's checks of constant
+    arguments raise as SciPy's; a traced alpha <= 0 gives NaN (a traced x is not checked)."""
+    from scipy.stats import _multivariate as mv
     x, alpha = _f64(x), _f64(alpha)
+    n = F._shape_of(alpha)[0] if len(F._shape_of(alpha)) == 1 else None
+    if n is not None and F._shape_of(x) and F._shape_of(x)[0] == n - 1:
+        last = F.sub(1.0, F.sum(x, axis=0, keepdims=True))
+        x = F.concatenate([x, last], 0) if isinstance(x, Tracer) or isinstance(last, Tracer) \
+            else np.concatenate([x, last], 0)
+    if not isinstance(alpha, Tracer):
+        mv._dirichlet_check_parameters(alpha)
+    if not isinstance(x, Tracer):
+        mv._dirichlet_check_input(alpha if not isinstance(alpha, Tracer) else
+                                  np.full(F._shape_of(alpha), 2.0), x)
     gl = _special("gammaln")
     lnb = F.sub(F.sum(gl(alpha), axis=None), gl(F.sum(alpha, axis=None)))
     a = alpha if len(F._shape_of(x)) == 1 else F.reshape(alpha, (-1, 1))
     out = F.sub(F.sum(_special("xlogy")(F.sub(a, 1.0), x), axis=0), lnb)
+    if isinstance(alpha, Tracer):
+        out = F.where(F.gt(F.min(alpha, axis=None), 0), out, np.nan)
     return F.exp(out) if kind == "pdf" else out
 
 
-class FrozenMVN:
+class _Frozen:
+    """A frozen distribution of traced parameters: pdf and logpdf; its other methods (cdf,
+    rvs, entropy) are refused by name."""
+    _name = ""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UnsupportedError(f"scipy.stats.{self._name}(...).{name} with traced parameters"
+                               f"{_at(user_where())}: adjit follows its pdf and logpdf")
+
+
+class FrozenMVN(_Frozen):
     """multivariate_normal(mean, cov) with traced parameters."""
+    _name = "multivariate_normal"
 
     def __init__(self, mean=None, cov=1, allow_singular=False, seed=None):
-        self.mean, self.cov = mean, cov
+        self.mean, self.cov, self.allow_singular = mean, cov, allow_singular
 
     def logpdf(self, x):
-        return mvn("logpdf", x, self.mean, self.cov)
+        return mvn("logpdf", x, self.mean, self.cov, self.allow_singular)
 
     def pdf(self, x):
-        return mvn("pdf", x, self.mean, self.cov)
+        return mvn("pdf", x, self.mean, self.cov, self.allow_singular)
 
 
-class FrozenDirichlet:
+class FrozenDirichlet(_Frozen):
     """dirichlet(alpha) with a traced alpha."""
+    _name = "dirichlet"
 
     def __init__(self, alpha, seed=None):
         self.alpha = alpha

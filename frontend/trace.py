@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from ..ir.errors import AdjitError, AdjitWarning, GradError, TraceError, UnsupportedError
+from ..ir.errors import (AdjitError, AdjitWarning, GradError, LibraryError, TraceError,
+                         UnsupportedError)
 from ..ir.graph import Where
 from . import pytree
 from .buffer import resolve
@@ -589,18 +590,13 @@ def _name_the_library(e):
            "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
            f"NumPy ({instead}). (Inside SciPy: {type(e).__name__}: {str(e)[:120]})")
     cls = type(e) if isinstance(e, AdjitError) and not isinstance(e, (
-        TraceError, UnsupportedError)) else _LibraryRefusal
+        TraceError, UnsupportedError)) else LibraryError
     try:
         new = cls(msg)
     except TypeError:
         return
     new._adjit_library = True
     raise new from e
-
-
-class _LibraryRefusal(UnsupportedError, TraceError):
-    """A library routine that needs concrete values refused: an UnsupportedError (what
-    adjit does not follow) and a TraceError (what tracing cannot know), however caught."""
 
 
 _WRAPPERS = frozenset(("wrapper", "inner", "wrapped", "decorator", "decorated", "__call__",

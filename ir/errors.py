@@ -26,6 +26,11 @@ class UnsupportedError(AdjitError, NotImplementedError):
     """A NumPy function or feature that adjit does not support."""
 
 
+class LibraryError(UnsupportedError, TraceError):
+    """A library routine (scipy.linalg, most of scipy.stats' statistics) that needs concrete
+    values received traced ones: unsupported, and a tracing error, however it is caught."""
+
+
 class GradError(AdjitError, TypeError):
     """A gradient was asked for something that has none (integer input, non-scalar output)."""
 

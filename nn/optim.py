@@ -249,10 +249,12 @@ class Adam(Optimizer):
                 denom = np.sqrt(v) + eps_hat.astype(p.dtype)
                 out_p.append(p - step_size.astype(p.dtype) * m / denom)
             else:
-                # float16: eps_hat underflows to 0 where eps does not (5e-7), and a zero
-                # gradient gave 0 / 0; the textbook form adds eps itself, as PyTorch
-                denom = np.sqrt(v) * (1 / sqrt_bc2).astype(p.dtype) + np.asarray(eps, p.dtype)
-                out_p.append(p - (lr / (1 - b1 ** t)).astype(p.dtype) * m / denom)
+                # float16: eps (1e-8) and eps_hat underflow to 0, and a zero gradient gave
+                # 0 / 0 (PyTorch's too); the step is computed in float32, the textbook form
+                f32 = np.float32
+                denom = np.sqrt(v.astype(f32)) * (1 / sqrt_bc2).astype(f32) + f32(eps)
+                step = (lr / (1 - b1 ** t)).astype(f32) * m.astype(f32) / denom
+                out_p.append((p.astype(f32) - step).astype(p.dtype))
             out_m.append(m)
             out_v.append(v)
         new_state = {"step": t, "m": _rebuild(state["m"], out_m),

@@ -165,7 +165,7 @@ REFUSED = {
     "bitwise on floats": (lambda w: np.sum(w & 1), r"bitwise_and of float64"),
     "unequal split": (lambda w: np.sum(np.split(w, 3)[0]), r"split.*array_split"),
     "matrix 3-norm": (lambda w: np.linalg.norm(w.reshape(2, 2), 3), r"norm.*ord=3"),
-    "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="mean")), r"np\.pad.*'mean'"),
+    "pad mode": (lambda w: np.sum(np.pad(w, 1, mode="empty")), r"np\.pad.*'empty'"),
     "unsupported keyword": (lambda w: np.sum(np.quantile(w, 0.5, weights=w)), r"np\.quantile.*weights="),
 }
 

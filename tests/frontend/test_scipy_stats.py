@@ -150,3 +150,52 @@ def test_every_distribution_of_scipys_list_matches_scipy_or_is_refused():
                                        err_msg=name)
         done.add(name)
     assert len(done - refused) >= 100, sorted(refused)      # 105 of 130 with SciPy 1.17
+
+
+def test_the_first_argument_by_scipys_own_keyword():
+    for f in (lambda s: s * st.expon.ppf(q=0.3), lambda s: st.expon.ppf(q=0.3, scale=s),
+              lambda s: st.poisson.pmf(k=3, mu=s), lambda s: st.norm.ppf(q=0.2, loc=s),
+              lambda s: st.norm.cdf(x=s, scale=2.0), lambda s: st.gamma.logpdf(x=s, a=2.0)):
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(2.0), f(2.0), rtol=1e-13)
+        np.testing.assert_allclose(adjit.grad(f)(2.0), numgrad(f, np.array(2.0)), rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_distribution_functions_at_infinities_and_the_ends_of_the_support():
+    cases = [lambda p: st.mielke.cdf(np.array([np.inf, 1.0, 0.0]), 2 + p[0], 3.0),
+             lambda p: st.exponnorm.cdf(np.array([-np.inf, 0.3]), 1.5 + p[0]),
+             lambda p: st.recipinvgauss.sf(np.array([np.inf, 0.5]), 0.6 + p[0]),
+             lambda p: st.anglit.logsf(np.array([np.pi / 4, 0.1]) + p[0]),
+             lambda p: st.expon.logcdf(np.array([0.0, np.inf, -1.0]) + p[0]),
+             lambda p: st.yulesimon.cdf(np.array([np.inf, 3.0]), 11 + p[0]),
+             lambda p: st.geom.sf(np.array([-1.0, 0, 2.5, np.inf]), 0.3 + p[0]),
+             lambda p: st.t.logpdf(np.array([0.5, 1.0]), np.array([np.inf, 3.0]) + p[0]),
+             lambda p: st.t.pdf(np.array([0.5]), np.inf + p[0])]
+    p = np.array([0.0])
+    for f in cases:
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(p), f(p), rtol=1e-12)
+
+
+def test_multivariate_normal_and_dirichlet_follow_scipy():
+    S = np.array([[1.0, 1.0], [1.0, 1.0]])
+    X = np.array([[0.1, 0.1], [0.1, 0.3]])
+    sing = lambda m: st.multivariate_normal.logpdf(X, m, S, allow_singular=True)
+    np.testing.assert_allclose(adjit.compile(sing, backend="numpy")(np.zeros(2)),
+                               sing(np.zeros(2)), rtol=1e-13)        # -inf off the support
+    diag = lambda x: st.multivariate_normal.logpdf(x, np.zeros(2),
+                                                   st.Covariance.from_diagonal([1.0, 2.0]))
+    x = np.array([0.3, 0.1])
+    np.testing.assert_allclose(adjit.compile(diag, backend="numpy")(x), diag(x), rtol=1e-13)
+    np.testing.assert_allclose(adjit.grad(diag)(x), [-0.3, -0.05], rtol=1e-13)
+    a = np.array([1.5, 2.0, 3.0])
+    short = lambda a: st.dirichlet.logpdf(np.array([0.2, 0.3]), a)   # the last is 1 - sum
+    np.testing.assert_allclose(adjit.compile(short, backend="numpy")(a), short(a), rtol=1e-13)
+    with pytest.raises(ValueError, match="simplex"):
+        adjit.compile(lambda a: st.dirichlet.logpdf(np.array([0.2, 0.2, 0.2]), a))(a)
+    assert np.isnan(adjit.compile(lambda a: st.dirichlet.logpdf(np.array([0.2, 0.3, 0.5]),
+                                                                a - 2.0))(a))
+    with pytest.raises(adjit.UnsupportedError, match=r"multivariate_normal\(\.\.\.\)\.cdf"):
+        adjit.grad(lambda m: st.multivariate_normal(m, np.eye(2)).cdf(np.zeros(2)))(np.zeros(2))
+    with pytest.raises(adjit.UnsupportedError, match="allow_singular"):
+        adjit.grad(lambda s: st.multivariate_normal.logpdf(X, np.zeros(2), s * S,
+                                                           allow_singular=True).sum())(1.0)

@@ -225,10 +225,11 @@ def test_integer_parameters_are_refused():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_float16_adam_adds_eps_where_its_bias_corrected_form_underflows(backend):
-    """eps * sqrt(1 - b2^t) is 0 in float16 for eps = 5e-7 (eps itself is not): a zero
-    gradient gave 0 / 0 (sweep 24). float16 parameters take m_hat / (sqrt(v_hat) + eps)."""
-    opt = Adam(1e-3, eps=5e-7, backend=backend)
+@pytest.mark.parametrize("eps", [5e-7, 1e-8])
+def test_float16_adam_steps_where_eps_underflows(backend, eps):
+    """eps * sqrt(1 - b2^t) is 0 in float16 (and eps = 1e-8 itself): a zero gradient gave
+    0 / 0 (sweep 24; PyTorch's too). float16 parameters take their step in float32."""
+    opt = Adam(1e-3, eps=eps, backend=backend)
     p = {"w": np.array([1.0, 1.0], np.float16)}
     g = {"w": np.array([0.0, 0.5], np.float16)}
     s = opt.init(p)
