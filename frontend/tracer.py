@@ -44,6 +44,9 @@ def _is_zero_const(g, n):
     return v is not None and v.dtype.kind in "biuf" and not v.any() and \
         not np.signbit(v).any()
 _STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
+# a NumPy scalar type called on the line (np.float64(np.sum(x)), numpy.int32(n))
+_SCALAR_TYPE = re.compile(r"\b(?:np|numpy)\.((?:float|int|uint|complex)(?:8|16|32|64|128)?|"
+                          r"double|single|half|longdouble|intp|bool_?)\s*\(")
 
 
 def _stack():
@@ -710,6 +713,15 @@ class Tracer:
                 "A copy of an array from outside made by a method (X.copy(), X.astype(float), "
                 "X * 1.0) is a plain NumPy array: copy it with np.array(X) or np.copy(X). "
                 "Structured (record) dtypes are not followed: keep one array per field.")
+        scalar = _SCALAR_TYPE.search(w.text) if w is not None and what.startswith(
+            ("converting", "float", "int")) else None
+        if scalar is not None:
+            name = scalar.group(1)
+            raise TraceError(
+                f"np.{name}(...) of a traced value{_at(w)}: NumPy's scalar types need a number, "
+                f"which a traced value has only when the compiled function runs. Write "
+                f"x.astype(np.{name}) (a 0-d traced value stays traced) or np.asarray(x, "
+                f"np.{name}).")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.exp([a, b]) needs "

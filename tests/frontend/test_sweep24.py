@@ -155,3 +155,14 @@ def test_arrays_in_attributes_and_containers_are_indexed_by_traced_labels():
     # the user's objects hold their own arrays again
     assert type(loss.w) is np.ndarray and type(m.emb) is np.ndarray
     assert type(_CFG["w"]) is np.ndarray and type(_LIST[0]) is np.ndarray
+
+
+def test_numpy_scalar_types_of_traced_values_get_their_own_advice():
+    x = np.array([0.5, -1.0, 2.0])
+    with pytest.raises(adjit.TraceError, match=r"np\.float64\(\.\.\.\) of a traced value.*"
+                                               r"x\.astype\(np\.float64\)"):
+        adjit.compile(lambda x: np.float64(np.sum(x)) * x, backend="numpy")(x)
+    with pytest.raises(adjit.TraceError, match=r"np\.int32\(\.\.\.\)"):
+        adjit.compile(lambda x: np.int32(x[0]) + x, backend="numpy")(x)
+    np.testing.assert_allclose(adjit.compile(lambda x: np.sum(x).astype(np.float64) * x,
+                                             backend="numpy")(x), 1.5 * x)
