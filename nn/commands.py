@@ -357,7 +357,9 @@ def parse_spec(text, seed=0):
                          "with smaller ones") from None
 
 
-def _user_args(fn, specs):
+def _user_args(fn, specs, static=()):
+    """The call's arguments from --arg NAME=SPEC; a --static argument may also be a string
+    (--arg activation=relu)."""
     values = {}
     for k, item in enumerate(specs):
         name, eq, spec = item.partition("=")
@@ -367,7 +369,15 @@ def _user_args(fn, specs):
         if any(not part for part in path):
             raise ValueError(f"--arg {item!r}: expected NAME.KEY=SPEC after the dot, e.g. "
                              f"{path[0]}.W=float32[10,784]")
-        value = parse_spec(spec, seed=k)
+        try:
+            value = parse_spec(spec, seed=k)
+        except ValueError as e:
+            if not spec.strip() or _SPEC.match(spec.strip()):
+                raise
+            if name.strip() not in static:
+                raise ValueError(f"{e}; a string (an activation's name) is configuration: "
+                                 f"add --static {name.strip()}") from None
+            value = spec.strip()
         node = values
         for depth, part in enumerate(path[:-1]):
             child = node.setdefault(part, {})
@@ -412,7 +422,7 @@ def _lists(v):
 
 def _user_program(args):
     fn = _load_function(args.target)
-    call_args, names = _user_args(fn, args.arg)
+    call_args, names = _user_args(fn, args.arg, args.static)
     if args.grad and args.wrt is not None and args.wrt not in names:
         try:
             every = list(pyinspect.signature(fn).parameters)

@@ -328,3 +328,17 @@ def test_inspect_static_configuration_arguments(capsys, tmp_path):
     assert code == 1 and "the argument differentiated is data" in err
     code, out, err = run(capsys, *base, "--static", "m")
     assert code == 1 and "--static m: not an argument" in err
+
+
+def test_inspect_a_static_string_argument(capsys, tmp_path):
+    src = tmp_path / "act.py"
+    src.write_text("import numpy as np\ndef f(W, x, act):\n    h = x @ W\n"
+                   "    h = np.tanh(h) if act == 'tanh' else np.maximum(h, 0)\n"
+                   "    return np.sum(h ** 2)\n")
+    base = ["inspect", f"{src}:f", "--arg", "W=float64[3,3]", "--arg", "x=float64[2,3]",
+            "--arg", "act=relu", "--backend", "numpy", "--show", "code"]
+    code, out, err = run(capsys, *base)
+    assert code == 1 and "add --static act" in err
+    code, out, err = run(capsys, *base, "--static", "act")
+    assert code == 0, err
+    assert "= np.maximum(" in out and "= np.tanh(" not in out
