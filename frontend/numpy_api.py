@@ -1393,7 +1393,14 @@ def _rel_entr(x, y):
     ok = C.logical_and(F.gt(x, 0), F.gt(y, 0))
     sx, sy = F.where(ok, x, 1.0), F.where(ok, y, 1.0)
     zero = C.logical_and(F.eq(x, 0), F.ge(y, 0))
-    r = F.mul(x, F.log(F.div(sx, sy)))
+    # as SciPy's (xsf): log1p near a ratio of 1, log(x) - log(y) where the ratio over- or
+    # underflows (a probability that underflowed to a subnormal), else log(x / y)
+    ratio = F.div(sx, sy)
+    near = C.logical_and(F.gt(ratio, 0.5), F.lt(ratio, 2.0))
+    normal = C.logical_and(F.gt(ratio, np.finfo(dt).tiny), F.lt(ratio, np.inf))
+    log_ratio = F.where(near, F.log1p(F.div(F.sub(sx, sy), sy)),
+                        F.where(normal, F.log(ratio), F.sub(F.log(sx), F.log(sy))))
+    r = F.mul(x, log_ratio)
     nan = C.logical_or(C.isnan(x), C.isnan(y))
     return F.where(ok, r, F.where(zero, F.zeros_like(r),
                                   F.where(nan, F.full_like(r, np.nan), F.full_like(r, np.inf))))
@@ -2391,6 +2398,14 @@ def constructors_accept_tracers():
                 # SciPy's two-branch formulas (cauchy._logpdf, t's df = inf case)
                 _originals["scipy_apply_where"] = (xpx, xpx.apply_where)
                 xpx.apply_where = _made(_apply_where, xpx.apply_where)
+            spf = sys.modules.get("scipy.special._spfun_stats")
+            if spf is not None:
+                # scipy.special.multigammaln (a Wishart's normalizer): a sum of gammalns
+                mods = [m for m in (spf, sys.modules.get("scipy.special"))
+                        if getattr(m, "multigammaln", None) is spf.multigammaln]
+                _originals["scipy_multigammaln"] = (mods, spf.multigammaln)
+                for m in mods:
+                    m.multigammaln = _made(_multigammaln, spf.multigammaln)
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -2448,6 +2463,10 @@ def constructors_accept_tracers():
                     sfft = sys.modules.get("scipy.fft")
                     for name, orig in _originals.pop("scipy_fft").items():
                         setattr(sfft, name, orig)
+                if "scipy_multigammaln" in _originals:
+                    mods, orig = _originals.pop("scipy_multigammaln")
+                    for m in mods:
+                        m.multigammaln = orig
                 if "scipy_apply_where" in _originals:
                     xpx, orig = _originals.pop("scipy_apply_where")
                     xpx.apply_where = orig
@@ -2960,6 +2979,25 @@ def _apply_where(orig):
     return fn
 
 
+def _multigammaln(orig):
+    """scipy.special.multigammaln(a, d) of a traced a: d (d - 1) / 4 log(pi) + the sum of
+    gammaln(a - (j - 1) / 2), j = 1..d; NaN where a <= (d - 1) / 2 (SciPy raises there)."""
+    @functools.wraps(orig)
+    def fn(a, d):
+        if not _holds_tracer([a]) or _holds_tracer([d]):
+            return orig(a, d)
+        d = np.asarray(d)[()]
+        if not np.isscalar(d) or np.floor(d) != d:
+            raise ValueError("d should be a positive integer (dimension)")
+        a = B.resolve(_from_nested(a, _originals["asarray"]))
+        a = F.cast(a, np.float64) if F._dtype_of(a).kind != "f" else a
+        res = d * (d - 1) * 0.25 * math.log(math.pi)
+        for j in range(1, int(d) + 1):
+            res = F.add(res, F.gammaln(F.sub(a, (j - 1.0) / 2)))
+        return F.where(F.gt(a, 0.5 * (d - 1)), res, np.nan)
+    return fn
+
+
 _STATS_WRAPS = {}
 
 
@@ -2980,6 +3018,9 @@ def _scipy_stats_wraps():
             mv.multivariate_normal_gen: dict(
                 {k: P(_multivariate_method, SS.mvn, k) for k in SS.MULTIVARIATE},
                 __call__=P(_frozen_maker, SS.FrozenMVN)),
+            mv.multinomial_gen: dict(
+                {k: P(_multivariate_method, SS.multinomial, k) for k in ("pmf", "logpmf")},
+                __call__=P(_frozen_maker, SS.FrozenMultinomial)),
             mv.dirichlet_gen: dict(
                 {k: P(_multivariate_method, SS.dirichlet, k) for k in SS.MULTIVARIATE},
                 __call__=P(_frozen_maker, SS.FrozenDirichlet))})

@@ -35,14 +35,15 @@ def _special(name):
 
 
 def _t_logpdf(z, df):
-    # SciPy's goes through sc.poch and a data-dependent branch for df = inf (the normal)
+    # SciPy's goes through sc.poch and a data-dependent branch for df = inf (the normal).
+    # gammaln((df + 1) / 2) - gammaln(df / 2) - log(pi) / 2 is -betaln(df / 2, 1 / 2), whose
+    # Stirling form keeps its digits at large df (the difference cancels: at df = 1e15 it
+    # kept none)
     finite = C.isfinite(df)
     d = F.where(finite, df, 1.0)
     half = F.mul(F.add(d, 1.0), 0.5)
-    gl = _special("gammaln")
-    t = F.sub(F.sub(gl(half), gl(F.mul(d, 0.5))),
-              F.add(F.mul(F.add(F.log(d), math.log(math.pi)), 0.5),
-                    F.mul(half, F.log1p(F.div(F.mul(z, z), d)))))
+    t = F.sub(F.neg(_special("betaln")(F.mul(d, 0.5), 0.5)),
+              F.add(F.mul(F.log(d), 0.5), F.mul(half, F.log1p(F.div(F.mul(z, z), d)))))
     normal = F.sub(F.mul(F.mul(z, z), -0.5), 0.5 * math.log(2 * math.pi))
     return F.where(finite, t, normal)
 
@@ -307,6 +308,38 @@ def dirichlet(kind, x, alpha):
     return F.exp(out) if kind == "pdf" else out
 
 
+def multinomial(kind, x, n, p):
+    """multinomial.logpmf / pmf: gammaln(n + 1) + sum(xlogy(x, p) - gammaln(x + 1)) over the
+    last axis, as SciPy's: a row of p that does not sum to 1 takes 1 - the others' sum as
+    its last entry, -inf where x is not nonnegative integers summing to n, NaN where p is
+    outside [0, 1] or n < 0."""
+    p, n = _f64(p), _f64(n)
+    eps = np.finfo(np.float64).eps * 10
+    head = F.getitem(p, (Ellipsis, slice(None, -1)))
+    fixed = F.concatenate([head, F.sub(1.0, F.sum(head, axis=-1, keepdims=True))], -1)
+    off = F.gt(F.abs(F.sub(1.0, F.sum(p, axis=-1, keepdims=True))), eps)
+    p = F.where(off, fixed, p)
+    bad = C.logical_or(C.logical_or(F.lt(F.min(p, axis=-1), 0), F.gt(F.max(p, axis=-1), 1)),
+                       F.lt(n, 0))
+    if not traced([x]):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            raise ValueError("x must be an array.")
+        xx = x.astype(int)
+        outside = (np.any(xx != x, axis=-1) | np.any(xx < 0, axis=-1))
+        x = xx.astype(np.float64)
+    else:
+        x = _f64(x)
+        outside = C.logical_or(F.gt(F.max(F.abs(F.sub(x, F.floor(x))), axis=-1), 0),
+                               F.lt(F.min(x, axis=-1), 0))
+    outside = C.logical_or(outside, C.logical_not(F.eq(F.sum(x, axis=-1), n)))
+    gl = _special("gammaln")
+    out = F.add(gl(F.add(n, 1.0)), F.sum(F.sub(_special("xlogy")(x, p), gl(F.add(x, 1.0))),
+                                         axis=-1))
+    out = F.where(bad, np.nan, F.where(outside, -np.inf, out))
+    return F.exp(out) if kind == "pmf" else out
+
+
 class _Frozen:
     """A frozen distribution of traced parameters: pdf and logpdf; its other methods (cdf,
     rvs, entropy) are refused by name."""
@@ -331,6 +364,20 @@ class FrozenMVN(_Frozen):
 
     def pdf(self, x):
         return mvn("pdf", x, self.mean, self.cov, self.allow_singular)
+
+
+class FrozenMultinomial(_Frozen):
+    """multinomial(n, p) with traced parameters."""
+    _name = "multinomial"
+
+    def __init__(self, n, p, seed=None):
+        self.n, self.p = n, p
+
+    def logpmf(self, x):
+        return multinomial("logpmf", x, self.n, self.p)
+
+    def pmf(self, x):
+        return multinomial("pmf", x, self.n, self.p)
 
 
 class FrozenDirichlet(_Frozen):

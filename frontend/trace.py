@@ -579,16 +579,20 @@ def _name_the_library(e):
                    f"bound before tracing ({named.f_code.co_name} = "
                    f"{dist}.{named.f_code.co_name})")
     elif public.startswith("scipy.stats"):
-        instead = ("the distributions' pdf, logpdf, pmf, logpmf, cdf, sf, ppf (scipy.stats.norm, "
-                   "gamma, t, poisson, multivariate_normal, ...), which adjit traces, or the "
-                   "statistic written out")
+        instead = ("the statistic or log-density written out: a log-density is a few "
+                   "gammaln, xlogy and log terms of scipy.special, which adjit traces")
+    elif public.startswith("scipy.special"):
+        instead = ("the formula written out with the scipy.special functions adjit traces: "
+                   "gammaln, digamma, xlogy, erf, ndtr, log_ndtr, expit, logsumexp, ...")
     else:
         instead = ("np.linalg.solve for triangular and Cholesky solves, np.linalg.cholesky, "
                    "the log-density formula written out")
     msg = (f"{name} (SciPy) needs concrete arrays, which a traced function does not have"
-           f"{where}: adjit traces NumPy and scipy.special's elementwise functions, not "
-           "SciPy routines such as scipy.linalg or scipy.stats distributions. Write it with "
-           f"NumPy ({instead}). (Inside SciPy: {type(e).__name__}: {str(e)[:120]})")
+           f"{where}: adjit traces NumPy, scipy.special's elementwise functions and "
+           "scipy.stats' univariate distributions, multivariate_normal, multinomial and "
+           "dirichlet, not other SciPy routines (scipy.linalg, scipy.stats' statistics and "
+           f"other distributions). Write it with NumPy ({instead}). (Inside SciPy: "
+           f"{type(e).__name__}: {str(e)[:120]})")
     cls = type(e) if isinstance(e, AdjitError) and not isinstance(e, (
         TraceError, UnsupportedError)) else LibraryError
     try:

@@ -199,3 +199,29 @@ def test_multivariate_normal_and_dirichlet_follow_scipy():
     with pytest.raises(adjit.UnsupportedError, match="allow_singular"):
         adjit.grad(lambda s: st.multivariate_normal.logpdf(X, np.zeros(2), s * S,
                                                            allow_singular=True).sum())(1.0)
+
+
+def test_student_t_at_large_degrees_of_freedom_keeps_its_digits():
+    x = np.array([0.5, 2.0])
+    f = lambda p: st.t.logpdf(x, p[1], loc=p[0]).sum()
+    for df, d_df in ((3.0, 0.029845555834785174), (1e5, -8.793334592845345e-11),
+                     (1e8, -8.79424908455247e-17)):      # d/d df by mpmath (40 digits)
+        p = np.array([0.1, df])
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(p), f(p), rtol=1e-14)
+        np.testing.assert_allclose(adjit.grad(f)(p)[1], d_df, rtol=1e-6)
+    p = np.array([0.1, 1e15])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(p), f(p), rtol=1e-14)
+
+
+def test_multinomial_with_traced_probabilities():
+    X = np.array([[2, 3, 5], [0, 10, 0], [1, 2, 7], [1, 2, 6]])      # the last sums to 9
+    def f(th):
+        p = np.exp(th) / np.sum(np.exp(th))
+        return st.multinomial.logpmf(X, 10, p)
+    th = np.array([0.1, -0.3, 0.5])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(th), f(th), rtol=1e-13)
+    loss = lambda th: np.sum(f(th)[:3])
+    np.testing.assert_allclose(adjit.grad(loss)(th), numgrad(loss, th), rtol=1e-6)
+    frozen = lambda th: st.multinomial(10, np.exp(th) / np.sum(np.exp(th))).pmf(X[0])
+    np.testing.assert_allclose(adjit.compile(frozen, backend="numpy")(th), frozen(th),
+                               rtol=1e-13)

@@ -304,7 +304,7 @@ def test_scipy_routines_that_need_concrete_arrays_are_named():
              (lambda a: stats.iqr(y * a[0]), "scipy.stats.iqr"),
              (lambda a: np.sum(linalg.expm(m * a[1])), "scipy.linalg.expm")]
     for fn, name in table:   # (the distributions' methods trace: test_scipy_stats.py)
-        advice = "distributions' pdf" if "stats" in name else "np.linalg"
+        advice = "statistic or log-density written out" if "stats" in name else "np.linalg"
         with pytest.raises(adjit.AdjitError, match=name + r".*test_sweep9.py:\d+.*" + advice):
             adjit.grad(fn)(t)
     # an error of the user's own inside a SciPy function adjit follows keeps its message
