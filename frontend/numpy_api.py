@@ -2398,6 +2398,16 @@ def constructors_accept_tracers():
                 # SciPy's two-branch formulas (cauchy._logpdf, t's df = inf case)
                 _originals["scipy_apply_where"] = (xpx, xpx.apply_where)
                 xpx.apply_where = _made(_apply_where, xpx.apply_where)
+            util = sys.modules.get("scipy._lib._util")
+            if util is not None and hasattr(util, "_lazyselect"):
+                # SciPy's branch selection in its formulas (beta._entropy)
+                orig = util._lazyselect
+                mods = [m for m in (util, sys.modules.get("scipy.stats._continuous_distns"),
+                                    sys.modules.get("scipy.stats._discrete_distns"))
+                        if getattr(m, "_lazyselect", None) is orig]
+                _originals["scipy_lazyselect"] = (mods, orig)
+                for m in mods:
+                    m._lazyselect = _made(_lazyselect, orig)
             spf = sys.modules.get("scipy.special._spfun_stats")
             if spf is not None:
                 # scipy.special.multigammaln (a Wishart's normalizer): a sum of gammalns
@@ -2463,6 +2473,10 @@ def constructors_accept_tracers():
                     sfft = sys.modules.get("scipy.fft")
                     for name, orig in _originals.pop("scipy_fft").items():
                         setattr(sfft, name, orig)
+                if "scipy_lazyselect" in _originals:
+                    mods, orig = _originals.pop("scipy_lazyselect")
+                    for m in mods:
+                        m._lazyselect = orig
                 if "scipy_multigammaln" in _originals:
                     mods, orig = _originals.pop("scipy_multigammaln")
                     for m in mods:
@@ -2942,6 +2956,17 @@ def _stats_method(family, kind, orig):
     return fn
 
 
+def _summary_method(kind, orig):
+    """A distribution's entropy, mean, var or std with traced parameters (scipy_stats.py)."""
+    @functools.wraps(orig)
+    def fn(self, *args, **kwds):
+        if not SS.traced(args + tuple(kwds.values())):
+            return orig(self, *args, **kwds)
+        with np.errstate(all="ignore"):
+            return SS.refusing(SS.summary)(kind, self, args, kwds)
+    return fn
+
+
 def _multivariate_method(family, kind, orig):
     @functools.wraps(orig)
     def fn(self, *args, **kwds):
@@ -2979,6 +3004,33 @@ def _apply_where(orig):
     return fn
 
 
+def _lazyselect(orig):
+    """SciPy's _lazyselect(condlist, choicelist, arrays, default) with traced arguments: each
+    function on all of the arrays, placed where its condition holds (a later one over an
+    earlier, as SciPy's np.place in turn)."""
+    @functools.wraps(orig)
+    def fn(condlist, choicelist, arrays, default=0):
+        if not _holds_tracer(list(condlist) + list(arrays) + [default]):
+            return orig(condlist, choicelist, arrays, default)
+        arrays = [B.resolve(a) if _holds_tracer(a) else np.asarray(a) for a in arrays]
+        shape = F._broadcast_shape("_lazyselect", [F._shape_of(a) for a in arrays])
+        # 1-d copies, as SciPy's np.extract gives them (its functions may write into them)
+        flat = [F.reshape(F.broadcast_to(a, shape), (-1,)) if isinstance(a, Tracer) else
+                np.array(np.broadcast_to(a, shape)).reshape(-1) for a in arrays]
+        out = F.broadcast_to(F.cast(B.resolve(default), np.float64)
+                             if _holds_tracer(default) else np.asarray(default, np.float64),
+                             shape)
+        for cond, f in zip(condlist, choicelist):
+            cond = B.resolve(cond) if _holds_tracer(cond) else np.asarray(cond)
+            if not isinstance(cond, Tracer) and not np.any(cond):
+                continue
+            got = f(*[a.copy() if isinstance(a, np.ndarray) else a for a in flat])
+            out = F.where(cond, F.reshape(B.resolve(got) if _holds_tracer(got) else
+                                          np.asarray(got), shape), out)
+        return out
+    return fn
+
+
 def _multigammaln(orig):
     """scipy.special.multigammaln(a, d) of a traced a: d (d - 1) / 4 log(pi) + the sum of
     gammaln(a - (j - 1) / 2), j = 1..d; NaN where a <= (d - 1) / 2 (SciPy raises there)."""
@@ -3010,6 +3062,7 @@ def _scipy_stats_wraps():
         from scipy.stats import _distn_infrastructure as di, _multivariate as mv
         P = functools.partial
         _STATS_WRAPS.update({
+            di.rv_generic: {k: P(_summary_method, k) for k in SS.SUMMARIES},
             di.rv_continuous: {k: P(_stats_method, SS.refusing(SS.continuous), k)
                                for k in SS.CONTINUOUS},
             di.rv_discrete: {k: P(_stats_method, SS.refusing(SS.discrete), k)

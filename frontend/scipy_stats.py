@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ir.errors import TraceError, UnsupportedError
+from ..ir.errors import ShapeError, TraceError, UnsupportedError
 from . import buffer as B
 from . import composites as C
 from . import functions as F
@@ -25,6 +25,7 @@ from . import linalg as LA
 from .tracer import Tracer, _at, user_where
 
 CONTINUOUS = ("pdf", "logpdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf")
+SUMMARIES = ("entropy", "mean", "var", "std")
 DISCRETE = ("pmf", "logpmf", "cdf", "logcdf", "sf", "logsf")
 MULTIVARIATE = ("pdf", "logpdf")
 
@@ -77,8 +78,11 @@ def _private(dist, method, kind):
     def call(*args):
         try:
             return own(*args) if own is not None else fn(*args)
-        except (TraceError, UnsupportedError, TypeError) as e:
-            # (TypeError: a Cython routine's argument)
+        except (TraceError, UnsupportedError, TypeError, IndexError, ValueError) as e:
+            # (TypeError: a Cython routine's argument; IndexError, ValueError: SciPy's code
+            # meeting adjit's arrays where it expects its own; not a ShapeError of the user's)
+            if isinstance(e, ShapeError) and not isinstance(e, (TypeError, IndexError)):
+                raise
             raise _refusal(dist, kind, f"formula ({dist.name}.{method}) uses a function adjit "
                            "does not trace", e) from None
     return call
@@ -90,6 +94,7 @@ def _refusal(dist, kind, what, e):
         f"{what} ({str(e).split(' at ')[0][:160]}). Write the formula with NumPy and "
         "scipy.special's elementwise functions instead")
     err._adjit_stats = True
+    err._adjit_library = True      # adjit's own message (trace.py keeps it inside SciPy frames)
     return err
 
 
@@ -97,12 +102,12 @@ def refusing(family):
     """family(kind, dist, ...) with SciPy's own checks that need concrete values (erlang's
     integer test of its shape) refused by name; the user's errors (shapes that do not
     broadcast) stay theirs."""
-    def run(kind, dist, x, args, kwds):
-        dist._parse_args(*args, **kwds)      # a missing or unknown parameter: SciPy's error
+    def run(kind, dist, *rest):
+        dist._parse_args(*rest[-2], **rest[-1])   # a missing or unknown parameter: SciPy's
         try:
-            return family(kind, dist, x, args, kwds)
-        except (TraceError, UnsupportedError, TypeError) as e:
-            if getattr(e, "_adjit_stats", False):
+            return family(kind, dist, *rest)
+        except (TraceError, UnsupportedError, TypeError, IndexError, ValueError) as e:
+            if getattr(e, "_adjit_stats", False) or isinstance(e, ShapeError):
                 raise
             raise _refusal(dist, kind, "checks of the parameters need their values", e) \
                 from None
@@ -219,6 +224,30 @@ def discrete(kind, dist, k, args, kwds):
                       -np.inf if kind.startswith("log") else 0.0)
         out = F.where(on, r, off)
     return F.where(C.logical_and(good, C.logical_not(C.isnan(k))), out, np.nan)
+
+
+def summary(kind, dist, args, kwds):
+    """entropy, mean, var or std of a distribution with traced parameters: SciPy's private
+    _entropy (+ log scale) and _stats (mean mu scale + loc, variance mu2 scale^2); NaN where
+    a parameter is invalid."""
+    shapes, loc, scale = dist._parse_args(*args, **kwds)
+    shapes = tuple(_f64(s) for s in shapes)
+    loc, scale = _f64(loc), _f64(scale)
+    good = C.logical_and(_valid(dist, shapes), F.gt(scale, 0))
+    if kind == "entropy":
+        r = F.add(_private(dist, "_entropy", kind)(*shapes), F.log(scale))
+    else:
+        import inspect
+        moments = "moments" in inspect.signature(dist._stats).parameters
+        stats = _private(dist, "_stats", kind)(*shapes, **({"moments": "mv"} if moments
+                                                           else {}))
+        mu, mu2 = stats[0], stats[1]
+        if mu is None or mu2 is None:
+            raise _refusal(dist, kind, f"{dist.name}._stats gives no closed form (SciPy "
+                           "integrates)", TypeError("None"))
+        r = F.add(F.mul(mu, scale), loc) if kind == "mean" else F.mul(mu2, F.mul(scale, scale))
+        r = F.sqrt(r) if kind == "std" else r
+    return F.where(good, r, np.nan)
 
 
 # -- multivariate ----------------------------------------------------------------------------
