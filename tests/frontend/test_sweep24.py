@@ -180,3 +180,12 @@ def test_multigammaln_rel_entr_at_extreme_ratios():
     for backend in ("numpy", "numba"):
         np.testing.assert_allclose(adjit.compile(sp.rel_entr, backend=backend)(p, q),
                                    sp.rel_entr(p, q), rtol=1e-13)
+
+
+def test_numpy_polynomial_classes_with_traced_coefficients():
+    from numpy.polynomial import Polynomial
+    x = np.linspace(-1.0, 1.0, 5)
+    f = lambda c: np.sum(Polynomial(c)(x) ** 2)
+    c = np.array([0.5, -1.2, 2.0])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(c), f(c), rtol=1e-13)
+    np.testing.assert_allclose(adjit.grad(f)(c), _numgrad(f, c), rtol=1e-6)
