@@ -49,10 +49,45 @@ def _t_logpdf(z, df):
     return F.where(finite, t, normal)
 
 
+def _log_gauss_mass(a, b):
+    """log(Phi(b) - Phi(a)) as SciPy's truncnorm computes it (its cases by masks): in the left
+    tail by log_ndtr differences, the right by symmetry, else log1p(-Phi(a) - Phi(-b))."""
+    log_ndtr, ndtr = _special("log_ndtr"), _special("ndtr")
+
+    def left(a, b):
+        la, lb = log_ndtr(a), log_ndtr(b)
+        return F.add(lb, F.log1p(F.neg(F.exp(F.sub(la, lb)))))
+    left_case, right_case = F.le(b, 0), F.gt(a, 0)
+    central = F.log1p(F.sub(F.neg(ndtr(a)), ndtr(F.neg(b))))
+    return F.where(left_case, left(a, b), F.where(right_case, left(F.neg(b), F.neg(a)),
+                                                   central))
+
+
+def _truncnorm_logcdf(x, a, b, upper=False):
+    """truncnorm's log cdf (log sf with upper), log1p(-exp(the other)) near 0, as SciPy's."""
+    mass = _log_gauss_mass(a, b)
+    cdf = F.sub(_log_gauss_mass(a, x), mass)
+    sf = F.sub(_log_gauss_mass(x, b), mass)
+    mine, other = (sf, cdf) if upper else (cdf, sf)
+    return F.where(F.gt(mine, -0.1), F.log1p(F.neg(F.exp(other))), mine)
+
+
+def _truncnorm_logpdf(x, a, b):
+    return F.sub(F.sub(F.mul(F.mul(x, x), -0.5), 0.5 * math.log(2 * math.pi)),
+                 _log_gauss_mass(a, b))
+
+
 # adjit's own standardized formulas where SciPy's private ones do not trace
 _OWN = {
     ("t", "_logpdf"): _t_logpdf,
     ("t", "_pdf"): lambda z, df: F.exp(_t_logpdf(z, df)),
+    # truncnorm's select their cases with masks of a and b
+    ("truncnorm", "_logpdf"): _truncnorm_logpdf,
+    ("truncnorm", "_pdf"): lambda x, a, b: F.exp(_truncnorm_logpdf(x, a, b)),
+    ("truncnorm", "_logcdf"): _truncnorm_logcdf,
+    ("truncnorm", "_cdf"): lambda x, a, b: F.exp(_truncnorm_logcdf(x, a, b)),
+    ("truncnorm", "_logsf"): lambda x, a, b: _truncnorm_logcdf(x, a, b, upper=True),
+    ("truncnorm", "_sf"): lambda x, a, b: F.exp(_truncnorm_logcdf(x, a, b, upper=True)),
 }
 
 

@@ -248,3 +248,21 @@ def test_summaries_at_invalid_parameters_and_refusals():
     assert np.isnan(adjit.compile(lambda s: st.norm.entropy(scale=s))(-1.0))
     with pytest.raises(adjit.UnsupportedError, match=r"scipy\.stats\.t\.entropy"):
         adjit.grad(lambda df: st.t(df).entropy())(3.0)
+
+
+def test_truncated_normal_with_traced_bounds():
+    """A positive-truncated normal prior (a = -mu / sigma): SciPy's truncnorm selects its
+    cases with masks of a and b; adjit's formulas select with np.where."""
+    x = np.array([0.3, 1.5, 2.0])
+
+    def f(th):
+        mu, s = th[0], np.exp(th[1])
+        return st.truncnorm.logpdf(x, (0 - mu) / s, np.inf, loc=mu, scale=s).sum()
+    th = np.array([0.5, 0.2])
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(th), f(th), rtol=1e-13)
+    np.testing.assert_allclose(adjit.grad(f)(th), numgrad(f, th), rtol=1e-6)
+    xs = np.array([-3.0, -1.0, 0.5, 2.0, 8.5, 9.5, 12.0])
+    for kind in ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf"):
+        g = lambda p: getattr(st.truncnorm, kind)(xs, p[0], p[1])
+        for p in (np.array([-2.0, 1.5]), np.array([5.0, 9.0]), np.array([-12.0, -6.0])):
+            np.testing.assert_allclose(adjit.compile(g, backend="numpy")(p), g(p), rtol=1e-10)
