@@ -2437,6 +2437,11 @@ def constructors_accept_tracers():
                         _originals["polynomial"].append((mod, name, orig))
                         setattr(mod, name, _made(_tensor_values, orig))
             _originals["user_globals"] = _patch_user_globals()
+            if tables_on():
+                _originals["table_modules"] = [
+                    m.__dict__ for name, m in list(sys.modules.items())
+                    if _module_kinds.get(name, (None, False))[1] and
+                    isinstance(getattr(m, "__dict__", None), dict)]
         _patch_depth[0] += 1
     done = []
 
@@ -2491,6 +2496,12 @@ def constructors_accept_tracers():
                     setattr(mod, name, orig)
                 for d, key, orig, new in _originals.pop("user_globals"):
                     _unswap((d, key, orig, new, 0))
+                for d in _originals.pop("table_modules", ()):
+                    for key, value in list(d.items()):
+                        if type(value) is Table:
+                            d[key] = np.ndarray.view(value, np.ndarray)
+                        elif not key.startswith("__"):
+                            _plain_tables(value)     # views stored into a module's containers
     return restore
 
 
@@ -2621,22 +2632,40 @@ def _user_instance(v) -> bool:
     return kind[1]
 
 
+def _table_container(v):
+    """The dict or list one level into v that Tables may be swapped into: v itself (a dict,
+    an OrderedDict, a list) or a user object's __dict__; None for anything else."""
+    import collections
+    if type(v) in (dict, list, collections.OrderedDict, collections.defaultdict):
+        return v
+    if _user_instance(v):
+        c = getattr(v, "__dict__", None)
+        return c if type(c) is dict else None
+    return None
+
+
 def _table_slots(v):
     """(container, key, plain array) one level into v: a dict's values, a list's items, the
     attributes of a user object (self.class_weights[labels], TABLES["a"][idx])."""
-    if isinstance(v, dict) and type(v) is dict:
-        c = v
-    elif type(v) is list:
-        c = v
-    elif _user_instance(v):
-        c = getattr(v, "__dict__", None)
-        if type(c) is not dict:
-            return []
-    else:
+    c = _table_container(v)
+    if c is None:
         return []
     items = c.items() if isinstance(c, dict) else enumerate(c)
     return [(c, k, x) for k, x in list(items)
             if type(x) is np.ndarray and not (isinstance(k, str) and k.startswith("__"))]
+
+
+def _plain_tables(v, keep=()):
+    """Tables (views of them) that the traced function stored one level into v (self.wT =
+    self.w.T, CFG["head"] = CFG["w"][:2]) made plain NumPy views of the same memory; the
+    Tables swapped in for the user's arrays (ids in keep) are left to their restoring."""
+    c = _table_container(v)
+    if c is None:
+        return
+    items = c.items() if isinstance(c, dict) else enumerate(c)
+    for k, x in list(items):
+        if type(x) is Table and id(x) not in keep:
+            c[k] = np.ndarray.view(x, np.ndarray)
 
 
 def _swap_slot(c, k, x, counted):
@@ -2743,11 +2772,13 @@ def closure_tables(fn):
                 swap(v)              # a dict, a list or a user object: one level in
 
     def swap(v):
+        if _table_container(v) is not None:
+            touched.append(v)
         for c, k, x in _table_slots(v):
             entry = _swap_slot(c, k, x, counted=True)
             if entry is not None:
                 slots.append(entry)
-    slots = []
+    slots, touched = [], []
     with _patch_lock:
         try:
             visit(fn, 0)
@@ -2762,6 +2793,10 @@ def closure_tables(fn):
                     if _slots.get((id(entry[0]), entry[1])) is entry:
                         del _slots[(id(entry[0]), entry[1])]
                     _unswap(entry)
+            if not _tables[0] or all(e[4] <= 0 for e in slots):
+                keep = {id(t) for _, t in _views.values()}
+                for v in touched:
+                    _plain_tables(v, keep)    # views of Tables the function stored there
             for entry in done:
                 cell, v, t, _ = entry
                 entry[3] -= 1

@@ -189,3 +189,33 @@ def test_numpy_polynomial_classes_with_traced_coefficients():
     c = np.array([0.5, -1.2, 2.0])
     np.testing.assert_allclose(adjit.compile(f, backend="numpy")(c), f(c), rtol=1e-13)
     np.testing.assert_allclose(adjit.grad(f)(c), _numgrad(f, c), rtol=1e-6)
+
+
+_W24 = np.arange(15.0).reshape(5, 3)
+_CFG24 = {"w": _W24}
+_HIST24 = []
+
+
+class _Keeps:
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, x, labels):
+        self.wT = self.w.T                    # a view of the indexable stand-in, kept
+        return np.sum(self.w[labels] * x)
+
+
+def test_views_the_function_stores_on_users_objects_are_plain_arrays_afterwards():
+    loss = _Keeps(_W24)
+
+    def f(x, labels):
+        _CFG24["w_head"] = _CFG24["w"][:2]
+        _HIST24.append(_CFG24["w"][:1])
+        return np.sum(_CFG24["w"][labels] * x)
+    x, labels = np.ones((2, 3)), np.array([0, 4])
+    assert adjit.compile(loss, backend="numpy")(x, labels) == 42.0
+    assert adjit.compile(f, backend="numpy")(x, labels) == 42.0
+    for v in (loss.wT, _CFG24["w_head"], _HIST24[0], loss.w, _CFG24["w"]):
+        assert type(v) is np.ndarray
+    assert loss.w is _W24 and _CFG24["w"] is _W24
+    assert np.shares_memory(loss.wT, _W24)
