@@ -465,23 +465,23 @@ def _ramp_pad(x, ax, b, a, ends, mode):
     if n == 0:
         raise ShapeError(f"np.pad with mode='linear_ramp': can't extend empty axis {ax}"
                          f"{_at(user_where())}")
-    if F._dtype_of(x).kind not in "fc":
-        raise UnsupportedError(f"np.pad with mode='linear_ramp' of a {F._dtype_of(x)} array"
-                               f"{_at(user_where())}; pad a float array")
+    dt = F._dtype_of(x)
+    # NumPy's ramp (np.linspace): in x's float type, floored for integers
+    ft = dt if dt.kind in "fc" else np.dtype(np.float64)
     pieces = []
     for side, width, end in (("before", b, ends[0]), ("after", a, ends[1])):
         if not width:
             continue
         edge = _slice(x, ax, 0, 1) if side == "before" else _slice(x, ax, n - 1, n)
+        edge = F.cast(edge, ft) if ft != dt else edge
         shape = [1] * len(_shape_of(x))
         shape[ax] = width
         frac = np.arange(width, dtype=np.float64).reshape(shape) / width
         if side == "after":
             frac = np.flip(frac, ax)
-        end = F.cast(end, F._dtype_of(x)) if isinstance(end, Tracer) else \
-            np.asarray(end, F._dtype_of(x))
-        ramp = F.add(end, F.mul(F.sub(edge, end), frac.astype(F._dtype_of(x))))
-        pieces.append((side, ramp))
+        end = F.cast(end, ft) if isinstance(end, Tracer) else np.asarray(end, ft)
+        ramp = F.add(end, F.mul(F.sub(edge, end), frac.astype(ft)))
+        pieces.append((side, ramp if ft == dt else F.cast(F.floor(ramp), dt)))
     return F.concatenate([p for side, p in pieces if side == "before"] + [x] +
                          [p for side, p in pieces if side == "after"], ax)
 

@@ -2822,6 +2822,9 @@ def _patch_user_globals():
         patched[id(_originals[name])] = (_originals[name], getattr(np, name))
     for mod, name, orig in _originals["polynomial"]:
         patched[id(orig)] = (orig, getattr(mod, name))
+    if "scipy_multigammaln" in _originals:      # from scipy.special import multigammaln
+        orig = _originals["scipy_multigammaln"][1]
+        patched[id(orig)] = (orig, _made(_multigammaln, orig))
     done = []
     tables = tables_on()
     for name, mod in list(sys.modules.items()):

@@ -320,6 +320,15 @@ def mvn(kind, x, mean=None, cov=1, allow_singular=False):
             None if mean is None else np.zeros(shape) if mean_traced else mean, cov,
             allow_singular)
         rank, logdet, whiten = c.rank, c.log_pdet, c.whiten
+        if type(c).__name__ == "CovViaCholesky":
+            # its whitening is scipy.linalg.solve_triangular (concrete arrays only)
+            L = np.asarray(c.covariance)
+            L = np.linalg.cholesky(L)
+
+            def whiten(dev, L=L):
+                flat = F.reshape(dev, (-1, dim))
+                y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
+                return F.reshape(F.transpose(y, (1, 0)), F._shape_of(dev))
         psd = getattr(c, "_psd", None)      # SciPy's _PSD: V spans the null space
         support = None if np.all(rank == dim) or psd is None else (psd.V, psd.eps)
         if support is None and np.any(rank < dim):
@@ -377,8 +386,12 @@ def multinomial(kind, x, n, p):
     last axis, as SciPy's: a row of p that does not sum to 1 takes 1 - the others' sum as
     its last entry, -inf where x is not nonnegative integers summing to n, NaN where p is
     outside [0, 1] or n < 0."""
-    p, n = _f64(p), _f64(n)
-    eps = np.finfo(np.float64).eps * 10
+    # SciPy's tolerance is of p's own type (float32 p: 1.2e-6), n truncated to an integer
+    eps = np.finfo(np.result_type(F._dtype_of(B.resolve(p)) if traced([p]) else
+                                  np.asarray(p).dtype, np.float32)).eps * 10
+    p = _f64(p)
+    n = F.cast(F.cast(B.resolve(n), np.int64), np.float64) if traced([n]) else \
+        np.asarray(n, dtype=int).astype(np.float64)
     head = F.getitem(p, (Ellipsis, slice(None, -1)))
     fixed = F.concatenate([head, F.sub(1.0, F.sum(head, axis=-1, keepdims=True))], -1)
     off = F.gt(F.abs(F.sub(1.0, F.sum(p, axis=-1, keepdims=True))), eps)

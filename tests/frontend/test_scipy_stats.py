@@ -266,3 +266,15 @@ def test_truncated_normal_with_traced_bounds():
         g = lambda p: getattr(st.truncnorm, kind)(xs, p[0], p[1])
         for p in (np.array([-2.0, 1.5]), np.array([5.0, 9.0]), np.array([-12.0, -6.0])):
             np.testing.assert_allclose(adjit.compile(g, backend="numpy")(p), g(p), rtol=1e-10)
+
+
+def test_multivariate_normal_with_a_cholesky_covariance_and_multinomial_edges():
+    C = np.array([[2.0, 0.3], [0.3, 1.0]])
+    X = np.array([[0.1, 0.2], [1.0, -1.0]])
+    cov = st.Covariance.from_cholesky(np.linalg.cholesky(C))
+    f = lambda m: st.multivariate_normal.logpdf(X, m, cov)
+    np.testing.assert_allclose(adjit.compile(f, backend="numpy")(np.zeros(2)), f(np.zeros(2)),
+                               rtol=1e-13)
+    g = lambda p: st.multinomial.logpmf(np.array([1, 2, 3]), 6.5, p)    # n truncated to 6
+    for p in (np.array([0.2, 0.3, 0.5]), np.array([0.2, 0.3, 0.5 + 3e-7], np.float32)):
+        np.testing.assert_allclose(adjit.compile(g, backend="numpy")(p), g(p), rtol=1e-13)

@@ -219,3 +219,26 @@ def test_views_the_function_stores_on_users_objects_are_plain_arrays_afterwards(
         assert type(v) is np.ndarray
     assert loss.w is _W24 and _CFG24["w"] is _W24
     assert np.shares_memory(loss.wT, _W24)
+
+
+def test_pad_linear_ramp_of_integers_floors_as_numpy():
+    x = np.array([[1, 5, 2], [7, 3, 9]])
+    for kw in ({}, {"end_values": (3, -4)}):
+        f = lambda x: np.pad(x, ((1, 2), (2, 3)), mode="linear_ramp", **kw)
+        got = adjit.compile(f, backend="numpy")(x)
+        assert got.dtype == f(x).dtype
+        np.testing.assert_array_equal(got, f(x))
+
+
+try:
+    from scipy.special import multigammaln      # a module's name, as users import it
+except ImportError:
+    multigammaln = None
+
+
+def test_multigammaln_imported_by_name():
+    sp = pytest.importorskip("scipy.special")
+    np.testing.assert_allclose(adjit.compile(lambda a: multigammaln(a, 3))(2.5),
+                               multigammaln(2.5, 3), rtol=1e-14)
+    np.testing.assert_allclose(adjit.grad(lambda a: multigammaln(a, 3))(2.5),
+                               sum(sp.digamma(2.5 - j / 2) for j in range(3)), rtol=1e-12)
