@@ -1263,6 +1263,10 @@ def _ufunc_at(ufunc, a, indices, b=None):
         raise UnsupportedError(
             f"np.{ufunc.__name__}.at(a, ...) would write traced values into the NumPy array a"
             f"{_at(user_where())}; create a inside the function (np.zeros...) or use a + ...")
+    # a list of traced positions ([i, j], or one per axis in a tuple) is one index array
+    lists = lambda k: B.resolve(_from_nested(k, _originals["asarray"])) \
+        if type(k) is list and _holds_tracer(k) else k      # noqa: E731
+    indices = tuple(lists(k) for k in indices) if type(indices) is tuple else lists(indices)
     traced = F.traced_positions(a, indices)
     if traced is not None:  # labels: np.add.at(counts, y, 1) accumulates, as scatter_add
         arrays, tkey, shape, _ = traced

@@ -242,3 +242,15 @@ def test_multigammaln_imported_by_name():
                                multigammaln(2.5, 3), rtol=1e-14)
     np.testing.assert_allclose(adjit.grad(lambda a: multigammaln(a, 3))(2.5),
                                sum(sp.digamma(2.5 - j / 2) for j in range(3)), rtol=1e-12)
+
+
+def test_ufunc_at_with_a_list_of_traced_positions():
+    def f(x, idx):
+        acc = np.zeros(3)
+        np.add.at(acc, [idx[0], idx[1], idx[0]], x)
+        grid = np.zeros((3, 3))
+        np.add.at(grid, ([idx[0], idx[1]], [idx[1], idx[1]]), x[:2])
+        return acc, grid
+    x, idx = np.array([0.3, -0.7, 2.0]), np.array([0, 2])
+    for got, want in zip(adjit.compile(f, backend="numpy")(x, idx), f(x, idx)):
+        np.testing.assert_allclose(got, want)
