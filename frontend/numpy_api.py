@@ -2184,17 +2184,11 @@ def _taking_lists(orig):
     (np.dot([a, b], w), np.trapezoid(energies, dx=dt))."""
     @functools.wraps(orig)
     def fn(*args, **kwargs):
-        return orig(*_stack_lists(args), **kwargs)
+        args = [CX.from_nested(a) if isinstance(a, (list, tuple)) and CX.holds(a) else
+                _from_nested(a, _originals["asarray"])
+                if isinstance(a, (list, tuple)) and _holds_tracer(a) else a for a in args]
+        return orig(*args, **kwargs)
     return fn
-
-
-def _stack_lists(args, which=None):
-    """args with each list or tuple holding traced values (at the positions `which`, or any)
-    made one traced array."""
-    return [a if not isinstance(a, (list, tuple)) or (which is not None and i not in which)
-            else CX.from_nested(a) if CX.holds(a) else
-            _from_nested(a, _originals["asarray"]) if _holds_tracer(a) else a
-            for i, a in enumerate(args)]
 
 
 class _Concatenator:
@@ -2920,12 +2914,12 @@ def _norm_method(kind, orig):
         split = _split_first(first, args, kw)
         if split is None:
             return orig(self, *args, **kw)          # SciPy's own error
-        x, rest, kw = split
+        x, rest, others = split
         try:
-            (loc, scale), kw = _bind(rest, kw, ("loc", "scale"), (0, 1))
+            (loc, scale), others = _bind(rest, others, ("loc", "scale"), (0, 1))
         except TypeError:
-            return orig(self, *args, **kw)
-        if kw or not any(_holds_tracer(a) for a in (x, loc, scale)):
+            return orig(self, *args, **kw)          # SciPy's own error
+        if others or not any(_holds_tracer(a) for a in (x, loc, scale)):
             return orig(self, *args, **kw)
         x, loc, scale = (F.cast(B.resolve(a), np.float64) if _holds_tracer(a) else
                          np.asarray(a, np.float64) for a in (x, loc, scale))
