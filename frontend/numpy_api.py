@@ -1109,6 +1109,13 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         # a ufunc always returns a new array
         return r.copy_() if any(r is x for x in inputs) or (
             isinstance(r, Tracer) and r.base is not None) else r
+    if method == "at" and len(inputs) > 1:
+        # a list of traced positions ([i, j], or one per axis in a tuple) is one index array
+        lists = lambda k: B.resolve(_from_nested(k, _originals["asarray"])) \
+            if type(k) is list and _holds_tracer(k) else k      # noqa: E731
+        k = inputs[1]
+        inputs = (inputs[0], tuple(lists(i) for i in k) if type(k) is tuple else lists(k)) + \
+            tuple(inputs[2:])
     if method == "at" and ufunc in (np.add, np.subtract):
         return _ufunc_at(ufunc, *inputs)
     if method == "at" and ufunc in UFUNCS and not kwargs and ufunc.nin in (1, 2) and \
@@ -1263,10 +1270,6 @@ def _ufunc_at(ufunc, a, indices, b=None):
         raise UnsupportedError(
             f"np.{ufunc.__name__}.at(a, ...) would write traced values into the NumPy array a"
             f"{_at(user_where())}; create a inside the function (np.zeros...) or use a + ...")
-    # a list of traced positions ([i, j], or one per axis in a tuple) is one index array
-    lists = lambda k: B.resolve(_from_nested(k, _originals["asarray"])) \
-        if type(k) is list and _holds_tracer(k) else k      # noqa: E731
-    indices = tuple(lists(k) for k in indices) if type(indices) is tuple else lists(indices)
     traced = F.traced_positions(a, indices)
     if traced is not None:  # labels: np.add.at(counts, y, 1) accumulates, as scatter_add
         arrays, tkey, shape, _ = traced
@@ -2494,12 +2497,15 @@ def constructors_accept_tracers():
                     setattr(mod, name, orig)
                 for d, key, orig, new in _originals.pop("user_globals"):
                     _unswap((d, key, orig, new, 0))
-                for d in _originals.pop("table_modules", ()):
+                modules = _originals.pop("table_modules", ())
+                originals = {id(t): plain for plain, t in _views.values()}
+                for d in modules:        # stand-ins and their views stored by the function
                     for key, value in list(d.items()):
                         if type(value) is Table:
-                            d[key] = np.ndarray.view(value, np.ndarray)
+                            d[key] = originals.get(id(value),
+                                                   np.ndarray.view(value, np.ndarray))
                         elif not key.startswith("__"):
-                            _plain_tables(value)     # views stored into a module's containers
+                            _plain_tables(value, (), originals)
     return restore
 
 
@@ -2653,17 +2659,24 @@ def _table_slots(v):
             if type(x) is np.ndarray and not (isinstance(k, str) and k.startswith("__"))]
 
 
-def _plain_tables(v, keep=()):
-    """Tables (views of them) that the traced function stored one level into v (self.wT =
-    self.w.T, CFG["head"] = CFG["w"][:2]) made plain NumPy views of the same memory; the
-    Tables swapped in for the user's arrays (ids in keep) are left to their restoring."""
+def _plain_tables(v, keep=(), originals=None, depth=2, seen=None):
+    """Tables that the traced function stored up to two levels into v (self.wT = self.w.T,
+    CFG["cache"]["head"] = CFG["w"][:2], HIST.append(W)) made NumPy's again: a stand-in for
+    a user's array (in originals) that array itself, a view of one a plain view of the same
+    memory; the stand-ins with ids in keep are left to their own restoring."""
     c = _table_container(v)
-    if c is None:
+    seen = set() if seen is None else seen
+    if c is None or depth == 0 or id(c) in seen:
         return
+    seen.add(id(c))
     items = c.items() if isinstance(c, dict) else enumerate(c)
     for k, x in list(items):
-        if type(x) is Table and id(x) not in keep:
-            c[k] = np.ndarray.view(x, np.ndarray)
+        if type(x) is Table:
+            if id(x) not in keep:
+                plain = (originals or {}).get(id(x))
+                c[k] = plain if plain is not None else np.ndarray.view(x, np.ndarray)
+        else:
+            _plain_tables(x, keep, originals, depth - 1, seen)
 
 
 def _swap_slot(c, k, x, counted):
@@ -3012,6 +3025,15 @@ def _multivariate_method(family, kind, orig):
     return fn
 
 
+def _frozen_method(family, kind, orig):
+    @functools.wraps(orig)
+    def fn(self, x):
+        if not SS.traced([x]):
+            return orig(self, x)
+        return family(kind, self, x)
+    return fn
+
+
 def _frozen_maker(frozen, orig):
     """multivariate_normal(mean, cov) & co. of traced parameters: adjit's frozen form."""
     @functools.wraps(orig)
@@ -3107,6 +3129,12 @@ def _scipy_stats_wraps():
             mv.multivariate_normal_gen: dict(
                 {k: P(_multivariate_method, SS.mvn, k) for k in SS.MULTIVARIATE},
                 __call__=P(_frozen_maker, SS.FrozenMVN)),
+            # a frozen one of constant parameters (a Covariance object's among them) at
+            # traced points
+            mv.multivariate_normal_frozen: {
+                k: P(_frozen_method, lambda kind, self, x: SS.mvn(
+                    kind, x, self.mean, self.cov_object, self.allow_singular), k)
+                for k in SS.MULTIVARIATE},
             mv.multinomial_gen: dict(
                 {k: P(_multivariate_method, SS.multinomial, k) for k in ("pmf", "logpmf")},
                 __call__=P(_frozen_maker, SS.FrozenMultinomial)),

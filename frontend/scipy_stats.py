@@ -110,9 +110,9 @@ def _private(dist, method, kind):
     own = _OWN.get((dist.name, method))
     fn = getattr(dist, method)
 
-    def call(*args):
+    def call(*args, **kw):
         try:
-            return own(*args) if own is not None else fn(*args)
+            return own(*args, **kw) if own is not None else fn(*args, **kw)
         except (TraceError, UnsupportedError, TypeError, IndexError, ValueError) as e:
             # (TypeError: a Cython routine's argument; IndexError, ValueError: SciPy's code
             # meeting adjit's arrays where it expects its own; not a ShapeError of the user's)
@@ -268,7 +268,8 @@ def summary(kind, dist, args, kwds):
     shapes, loc, scale = dist._parse_args(*args, **kwds)
     shapes = tuple(_f64(s) for s in shapes)
     loc, scale = _f64(loc), _f64(scale)
-    good = C.logical_and(_valid(dist, shapes), F.gt(scale, 0))
+    # SciPy's: NaN at invalid parameters and a NaN loc, the result broadcast with loc too
+    good = C.logical_and(C.logical_and(_valid(dist, shapes), F.gt(scale, 0)), F.eq(loc, loc))
     if kind == "entropy":
         r = F.add(_private(dist, "_entropy", kind)(*shapes), F.log(scale))
     else:
@@ -298,7 +299,8 @@ def mvn(kind, x, mean=None, cov=1, allow_singular=False):
         if allow_singular:
             raise UnsupportedError(f"multivariate_normal with allow_singular=True and a traced "
                                    f"cov{_at(user_where())}: the pseudo-determinant's gradient "
-                                   "is not followed; give a nonsingular cov")
+                                   "is not followed; for a nonsingular cov drop "
+                                   "allow_singular=True")
         cov = _f64(cov)
         sc = F._shape_of(cov)
         dim = (F._shape_of(_f64(mean))[-1] if mean is not None and F._shape_of(_f64(mean))

@@ -278,3 +278,20 @@ def test_multivariate_normal_with_a_cholesky_covariance_and_multinomial_edges():
     g = lambda p: st.multinomial.logpmf(np.array([1, 2, 3]), 6.5, p)    # n truncated to 6
     for p in (np.array([0.2, 0.3, 0.5]), np.array([0.2, 0.3, 0.5 + 3e-7], np.float32)):
         np.testing.assert_allclose(adjit.compile(g, backend="numpy")(p), g(p), rtol=1e-13)
+
+
+def test_summaries_broadcast_loc_and_take_scipys_moments_keyword():
+    locs = np.array([0.0, 1.0, np.nan])
+    for f in (lambda s: st.norm.var(loc=locs, scale=s), lambda s: st.laplace(loc=locs, scale=s).std(),
+              lambda s: st.expon.entropy(loc=locs, scale=s), lambda p: st.binom.mean(10, p / 4),
+              lambda m: st.truncnorm.var(-1.0, 2.0, loc=m), lambda a: st.invgamma.std(a + 1.5)):
+        np.testing.assert_allclose(adjit.compile(f, backend="numpy")(2.0), f(2.0), rtol=1e-13)
+
+
+def test_frozen_multivariate_normal_at_traced_points():
+    L = np.array([[1.0, 0.0], [0.5, 2.0]])
+    mu, X = np.array([0.1, -0.2]), np.array([[0.3, 1.0], [-1.0, 2.0]])
+    for cov in (st.Covariance.from_cholesky(L), L @ L.T, st.Covariance.from_diagonal([1.0, 2.0])):
+        for f in (lambda X: st.multivariate_normal(mu, cov).logpdf(X),
+                  lambda X: st.multivariate_normal(mu, cov).pdf(X)):
+            np.testing.assert_allclose(adjit.compile(f, backend="numpy")(X), f(X), rtol=1e-13)

@@ -202,6 +202,8 @@ class _Keeps:
 
     def __call__(self, x, labels):
         self.wT = self.w.T                    # a view of the indexable stand-in, kept
+        self.cache = {"head": self.w[:2]}     # two levels down
+        self.same = self.w                    # the stand-in itself
         return np.sum(self.w[labels] * x)
 
 
@@ -215,9 +217,9 @@ def test_views_the_function_stores_on_users_objects_are_plain_arrays_afterwards(
     x, labels = np.ones((2, 3)), np.array([0, 4])
     assert adjit.compile(loss, backend="numpy")(x, labels) == 42.0
     assert adjit.compile(f, backend="numpy")(x, labels) == 42.0
-    for v in (loss.wT, _CFG24["w_head"], _HIST24[0], loss.w, _CFG24["w"]):
+    for v in (loss.wT, _CFG24["w_head"], _HIST24[0], loss.w, _CFG24["w"], loss.cache["head"]):
         assert type(v) is np.ndarray
-    assert loss.w is _W24 and _CFG24["w"] is _W24
+    assert loss.w is _W24 and _CFG24["w"] is _W24 and loss.same is _W24
     assert np.shares_memory(loss.wT, _W24)
 
 
@@ -248,9 +250,11 @@ def test_ufunc_at_with_a_list_of_traced_positions():
     def f(x, idx):
         acc = np.zeros(3)
         np.add.at(acc, [idx[0], idx[1], idx[0]], x)
+        top = np.zeros(3)
+        np.maximum.at(top, [idx[0], idx[1], idx[1]], x)
         grid = np.zeros((3, 3))
         np.add.at(grid, ([idx[0], idx[1]], [idx[1], idx[1]]), x[:2])
-        return acc, grid
+        return acc, grid, top
     x, idx = np.array([0.3, -0.7, 2.0]), np.array([0, 2])
     for got, want in zip(adjit.compile(f, backend="numpy")(x, idx), f(x, idx)):
         np.testing.assert_allclose(got, want)
