@@ -418,7 +418,9 @@ def _even_segments(a: _Analysis, segments) -> list:
     c = _costs(a)
     total = float(c.saved.sum())
     if segments == "sqrt":
-        k = round(math.sqrt(total / max(float(np.median(c.cross[:-1])), 1.0)))
+        # at least two where a cut exists: a recurrence whose weights every step reads has
+        # one candidate, whose two segments can still pay (kept only when they do, _WORTH)
+        k = max(2, round(math.sqrt(total / max(float(np.median(c.cross[:-1])), 1.0))))
     elif isinstance(segments, (int, np.integer)) and not isinstance(segments, bool):
         k = int(segments)
     else:

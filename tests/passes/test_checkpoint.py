@@ -455,3 +455,24 @@ def test_a_budget_that_sqrt_checkpointing_meets_is_met_with_fusion(backend):
     g = adjit.grad(ode, backend=backend, memory_budget=int(1.2 * sqrt))
     assert g.lower(y0, k).memory.peak_bytes <= int(1.2 * sqrt)
     assert_identical(g(y0, k), adjit.grad(ode, backend=backend)(y0, k))
+
+
+def test_sqrt_uses_a_single_cut_point_when_it_pays():
+    """A recurrence whose weights every step reads has one candidate cut; "sqrt" asked for
+    one segment there (no cut) where two lower the peak by a third (sweep 24, CS231n's
+    rnn_forward); it now takes at least two and keeps them when they pay."""
+    def rnn_forward(x, h0, Wx, Wh, b):
+        N, T, D = x.shape
+        h = np.zeros((N, T, h0.shape[1]))
+        prev_h = h0
+        for t in range(T):
+            prev_h = np.tanh(x[:, t, :].dot(Wx) + prev_h.dot(Wh) + b)
+            h[:, t, :] = prev_h
+        return h
+    r = np.random.default_rng(0).standard_normal
+    args = [r((16, 12, 8)), r((16, 16)), r((8, 16)) * 0.1, r((16, 16)) * 0.1, r(16)]
+    loss = lambda *a: np.sum(rnn_forward(*a) ** 2)
+    plain = adjit.grad(loss, argnums=(2, 3, 4), backend="numpy")
+    cut = adjit.grad(loss, argnums=(2, 3, 4), backend="numpy", checkpoint="sqrt")
+    assert cut.lower(*args).memory.peak_bytes < 0.8 * plain.lower(*args).memory.peak_bytes
+    assert_identical(plain(*args), cut(*args))
