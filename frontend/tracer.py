@@ -44,6 +44,9 @@ def _is_zero_const(g, n):
     return v is not None and v.dtype.kind in "biuf" and not v.any() and \
         not np.signbit(v).any()
 _STORE = re.compile(r"\]\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)")
+# X.dot(W) with X a NumPy array and W traced: ndarray.dot asks W for its numbers
+_DOT = ("If X.dot(W) on this line has X a NumPy array and W traced, write X @ W or "
+        "np.dot(X, W) (NumPy's ndarray.dot asks W for its numbers, not adjit). Else: ")
 # a NumPy scalar type called on the line (np.float64(np.sum(x)), numpy.int32(n))
 _SCALAR_TYPE = re.compile(r"\b(?:np|numpy)\.((?:float|int|uint|complex)(?:8|16|32|64|128)?|"
                           r"double|single|half|longdouble|intp|bool_?)\s*\(")
@@ -701,10 +704,12 @@ class Tracer:
                 "number that changes every call (a step counter that picks the minibatch) "
                 "would compile a program per call: take the batch outside (X[idx]) and pass "
                 "it in as an argument.")
+        dot = _DOT if w is not None and ".dot(" in w.text and what.startswith(
+            ("converting", "float", "int")) else ""
         if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
                                                                           "int")):
             raise TraceError(
-                f"a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
+                f"{dot}a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
                 "only hold numbers. adjit follows float arrays created inside the function "
                 "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms), "
                 "not the constructor np.ndarray(shape) (write np.empty(shape)); create the "
@@ -722,6 +727,10 @@ class Tracer:
                 f"which a traced value has only when the compiled function runs. Write "
                 f"x.astype(np.{name}) (a 0-d traced value stays traced) or np.asarray(x, "
                 f"np.{name}).")
+        if dot and what.startswith("converting"):
+            raise TraceError(f"X.dot(W) with X a NumPy array and W traced{_at(w)}: NumPy's "
+                             "ndarray.dot asks W for its numbers (it does not hand the call to "
+                             "adjit); write X @ W or np.dot(X, W).")
         if what.startswith("converting"):
             advice = ("A NumPy or library function that adjit does not follow received a "
                       "traced array here, often inside a Python list: np.exp([a, b]) needs "

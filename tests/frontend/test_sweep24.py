@@ -258,3 +258,19 @@ def test_ufunc_at_with_a_list_of_traced_positions():
     x, idx = np.array([0.3, -0.7, 2.0]), np.array([0, 2])
     for got, want in zip(adjit.compile(f, backend="numpy")(x, idx), f(x, idx)):
         np.testing.assert_allclose(got, want)
+
+
+_H0 = np.ones((2, 3))
+
+
+def test_ndarray_dot_of_a_traced_matrix_is_named_first():
+    def stored(Wh):
+        h = np.zeros((2, 2, 3))
+        h[:, 0, :] = np.tanh(_H0.dot(Wh))       # CS231n's rnn_forward idiom
+        return np.sum(h)
+
+    def plain(Wh):
+        return np.sum(np.tanh(_H0.dot(Wh)))
+    for fn in (stored, plain):
+        with pytest.raises(adjit.TraceError, match=r"X @ W or np\.dot\(X, W\)"):
+            adjit.grad(fn)(np.eye(3))
