@@ -26,19 +26,19 @@ def flatten(tree, path="x"):
     return leaves, treedef, paths
 
 
-def _flatten(t, path, leaves, paths):
+def _flatten(t, path, leaves, paths, nested=False):
     if isinstance(t, dict):
         keys = tuple(t.keys())
-        children = tuple(_flatten(t[k], f"{path}[{k!r}]", leaves, paths) for k in keys)
+        children = tuple(_flatten(t[k], f"{path}[{k!r}]", leaves, paths, True) for k in keys)
         if isinstance(t, collections.OrderedDict):   # rebuilt as one, as JAX does
             return ("dict", keys, children, collections.OrderedDict)
         return ("dict", keys, children)
     if isinstance(t, tuple) and hasattr(t, "_fields"):
-        return ("namedtuple", type(t), tuple(_flatten(v, f"{path}.{f}", leaves, paths)
+        return ("namedtuple", type(t), tuple(_flatten(v, f"{path}.{f}", leaves, paths, True)
                                              for f, v in zip(t._fields, t)))
     if isinstance(t, (list, tuple)):
         kind = "list" if isinstance(t, list) else "tuple"
-        return (kind, len(t), tuple(_flatten(v, f"{path}[{i}]", leaves, paths)
+        return (kind, len(t), tuple(_flatten(v, f"{path}[{i}]", leaves, paths, True)
                                     for i, v in enumerate(t)))
     if dataclasses.is_dataclass(t) and not isinstance(t, type):
         # a dataclass of parameters: its fields are the children, rebuilt without calling
@@ -52,10 +52,15 @@ def _flatten(t, path, leaves, paths):
             ("static", Static(getattr(t, f.name), f"{path}.{f.name}"), ())
             if isinstance(getattr(t, f.name), _STATIC) or
             f.metadata.get("static") or f.metadata.get("pytree_node") is False
-            else _flatten(getattr(t, f.name), f"{path}.{f.name}", leaves, paths)
+            else _flatten(getattr(t, f.name), f"{path}.{f.name}", leaves, paths, True)
             for f in fields))
     if t is None:
         return ("none",)
+    if nested and isinstance(t, (str, bytes)):
+        # a string inside a dict or list argument (CS231n's bn_param["mode"]) is
+        # configuration, static as a string argument is: one program per value (a string
+        # argument itself is static unless argnums differentiates it: refused then)
+        return ("static", Static(t, path), ())
     if getattr(type(t), "_adjit_complex", False) or (
             isinstance(t, (complex, np.ndarray, np.generic)) and np.iscomplexobj(t)) or (
             hasattr(type(t), "__cuda_array_interface__") and np.dtype(t.dtype).kind == "c"):
@@ -65,8 +70,8 @@ def _flatten(t, path, leaves, paths):
             t = _Parts(t.real.copy(), t.imag.copy())   # a complex CuPy array: its parts, on the GPU
         elif not getattr(type(t), "_adjit_complex", False):
             t = _Parts(np.real(t), np.imag(t))
-        return ("complex", None, (_flatten(t.re, f"{path}.real", leaves, paths),
-                                  _flatten(t.im, f"{path}.imag", leaves, paths)))
+        return ("complex", None, (_flatten(t.re, f"{path}.real", leaves, paths, True),
+                                  _flatten(t.im, f"{path}.imag", leaves, paths, True)))
     leaves.append(t)
     paths.append(path)
     return LEAF

@@ -88,10 +88,15 @@ def test_float_of_tracer_is_refused():
 
 def test_non_numeric_argument_is_refused():
     with pytest.raises(adjit.TraceError, match="static"):
-        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), ["relu", "tanh"])
-    # a string alone is static configuration (sweep 23)
+        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), {"relu", "tanh"})
+    with pytest.raises(adjit.TraceError, match="static"):
+        adjit.compile(lambda x, s: x, backend="numpy")(np.ones(2), np.array(["relu"]))
+    # a string alone is static configuration (sweep 23), and so are strings in a list or a
+    # dict (sweep 24)
     np.testing.assert_array_equal(
         adjit.compile(lambda x, s: x * len(s), backend="numpy")(np.ones(2), "relu"), [4, 4])
+    np.testing.assert_array_equal(adjit.compile(lambda x, s: x * len(s[1]), backend="numpy")(
+        np.ones(2), ["relu", "tanh"]), [4, 4])
 
 
 @pytest.mark.parametrize("key", ["W1", "1bad", "a b", "x']); import os; os.system('echo pwned')#",

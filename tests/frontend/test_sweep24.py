@@ -274,3 +274,25 @@ def test_ndarray_dot_of_a_traced_matrix_is_named_first():
     for fn in (stored, plain):
         with pytest.raises(adjit.TraceError, match=r"X @ W or np\.dot\(X, W\)"):
             adjit.grad(fn)(np.eye(3))
+
+
+def test_strings_inside_dict_arguments_are_static():
+    """CS231n's batchnorm_forward(x, gamma, beta, bn_param) with bn_param = {"mode": "train",
+    "running_mean": ...}: the string selects the program, the arrays are traced."""
+    def batchnorm_forward(x, gamma, beta, bn_param):
+        mode, rm = bn_param["mode"], bn_param["running_mean"]
+        mu = x.mean(axis=0)
+        if mode == "train":
+            return gamma * (x - mu) / np.sqrt(x.var(axis=0) + 1e-5) + beta, 0.9 * rm + 0.1 * mu
+        return gamma * (x - rm) + beta, rm
+    x = np.random.default_rng(24).standard_normal((4, 3))
+    c = adjit.compile(batchnorm_forward, backend="numpy")
+    for mode in ("train", "test"):
+        bp = {"mode": mode, "running_mean": np.full(3, 0.5)}
+        for got, want in zip(c(x, np.ones(3), np.zeros(3), bp),
+                             batchnorm_forward(x, np.ones(3), np.zeros(3), bp)):
+            np.testing.assert_allclose(got, want, rtol=1e-14)
+    g = adjit.grad(lambda bp, x: np.sum(batchnorm_forward(x, 1.0, 0.0, bp)[0] ** 3))(
+        {"mode": "test", "running_mean": np.zeros(3)}, x)
+    assert g["mode"] == "test"
+    np.testing.assert_allclose(g["running_mean"], -3 * np.sum(x ** 2, axis=0), rtol=1e-12)
