@@ -3036,12 +3036,7 @@ def _frozen_method(family, kind, orig):
 
 def _frozen_maker(frozen, orig):
     """multivariate_normal(mean, cov) & co. of traced parameters: adjit's frozen form."""
-    @functools.wraps(orig)
-    def fn(self, *args, **kwds):
-        if not SS.traced(args + tuple(kwds.values())):
-            return orig(self, *args, **kwds)
-        return frozen(*args, **kwds)
-    return fn
+    return _multivariate_method(lambda _kind, *args, **kwds: frozen(*args, **kwds), None, orig)
 
 
 def _apply_where(orig):
