@@ -309,12 +309,7 @@ def mvn(kind, x, mean=None, cov=1, allow_singular=False):
             cov = F.mul(cov, np.eye(dim))
         L = LA.cholesky(cov)
         rank, logdet = dim, F.mul(F.sum(F.log(F.diagonal(L)), axis=None), 2.0)
-
-        def whiten(dev):
-            flat = F.reshape(dev, (-1, dim))
-            y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
-            return F.reshape(F.transpose(y, (1, 0)), F._shape_of(dev))
-        support = None
+        whiten, support = _cholesky_whiten(L, dim), None
     else:
         shape = None if mean is None else np.shape(B.resolve(mean)) if not mean_traced \
             else F._shape_of(B.resolve(mean))
@@ -324,13 +319,7 @@ def mvn(kind, x, mean=None, cov=1, allow_singular=False):
         rank, logdet, whiten = c.rank, c.log_pdet, c.whiten
         if type(c).__name__ == "CovViaCholesky":
             # its whitening is scipy.linalg.solve_triangular (concrete arrays only)
-            L = np.asarray(c.covariance)
-            L = np.linalg.cholesky(L)
-
-            def whiten(dev, L=L):
-                flat = F.reshape(dev, (-1, dim))
-                y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
-                return F.reshape(F.transpose(y, (1, 0)), F._shape_of(dev))
+            whiten = _cholesky_whiten(np.linalg.cholesky(np.asarray(c.covariance)), dim)
         psd = getattr(c, "_psd", None)      # SciPy's _PSD: V spans the null space
         support = None if np.all(rank == dim) or psd is None else (psd.V, psd.eps)
         if support is None and np.any(rank < dim):
@@ -356,6 +345,15 @@ def mvn(kind, x, mean=None, cov=1, allow_singular=False):
     out = F.exp(out) if kind == "pdf" else out
     shape = F._shape_of(out)
     return F.reshape(out, tuple(d for d in shape if d != 1)) if 1 in shape else out
+
+
+def _cholesky_whiten(L, dim):
+    """dev -> L^-1 dev over dev's last axis (L lower triangular, dim x dim)."""
+    def whiten(dev):
+        flat = F.reshape(dev, (-1, dim))
+        y = LA.solve_triangular(L, F.transpose(flat, (1, 0)), lower=True)
+        return F.reshape(F.transpose(y, (1, 0)), F._shape_of(dev))
+    return whiten
 
 
 def dirichlet(kind, x, alpha):
