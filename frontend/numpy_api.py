@@ -2648,15 +2648,25 @@ def _table_container(v):
     return None
 
 
-def _table_slots(v):
-    """(container, key, plain array) one level into v: a dict's values, a list's items, the
-    attributes of a user object (self.class_weights[labels], TABLES["a"][idx])."""
+def _table_slots(v, depth=2, seen=None):
+    """(container, key, plain array) up to two levels into v: a dict's values, a list's
+    items, the attributes of a user object (self.class_weights[labels], TABLES["a"][idx],
+    self.params["cw"][labels])."""
     c = _table_container(v)
-    if c is None:
+    seen = set() if seen is None else seen
+    if c is None or depth == 0 or id(c) in seen:
         return []
+    seen.add(id(c))
+    out = []
     items = c.items() if isinstance(c, dict) else enumerate(c)
-    return [(c, k, x) for k, x in list(items)
-            if type(x) is np.ndarray and not (isinstance(k, str) and k.startswith("__"))]
+    for k, x in list(items):
+        if isinstance(k, str) and k.startswith("__"):
+            continue
+        if type(x) is np.ndarray:
+            out.append((c, k, x))
+        else:
+            out.extend(_table_slots(x, depth - 1, seen))
+    return out
 
 
 def _plain_tables(v, keep=(), originals=None, depth=2, seen=None):

@@ -191,8 +191,8 @@ def test_storing_into_a_copy_of_an_outside_array_names_the_line():
         y[1] = x[0]
         return y
     # a closure's own array copied by its method takes traced values since sweep 23 (the
-    # second trace sees it as a Table), one held by an object since sweep 24; one held two
-    # levels down still names the line
+    # second trace sees it as a Table), one held by an object (two levels down) since sweep
+    # 24; one held three levels down still names the line
     np.testing.assert_array_equal(adjit.compile(f)(np.array([5.0, 2.0])), [1.0, 5.0, 1.0])
     holder = types.SimpleNamespace(C=np.ones(3))
 
@@ -201,10 +201,10 @@ def test_storing_into_a_copy_of_an_outside_array_names_the_line():
         y[1] = x[0]
         return y
     np.testing.assert_array_equal(adjit.compile(g)(np.array([5.0, 2.0])), [1.0, 5.0, 1.0])
-    deep = types.SimpleNamespace(inner=types.SimpleNamespace(C=np.ones(3)))
+    deep = types.SimpleNamespace(a=types.SimpleNamespace(b=types.SimpleNamespace(C=np.ones(3))))
 
     def h(x):
-        y = deep.inner.C.copy()
+        y = deep.a.b.C.copy()
         y[1] = x[0]
         return y
     with pytest.raises(adjit.TraceError, match=r"test_sweep21.py.*np\.copy\(X\)"):

@@ -296,3 +296,25 @@ def test_strings_inside_dict_arguments_are_static():
         {"mode": "test", "running_mean": np.zeros(3)}, x)
     assert g["mode"] == "test"
     np.testing.assert_allclose(g["running_mean"], -3 * np.sum(x ** 2, axis=0), rtol=1e-12)
+
+
+class _Nested:
+    def __init__(self, cw):
+        self.params = {"cw": cw}
+
+    def loss(self, z, y):
+        return np.sum(self.params["cw"][y] * z[:, 0])
+
+
+_NESTED_CFG = {"inner": {"cw": np.array([1.0, 2.0, 0.5])}}
+
+
+def test_arrays_two_levels_into_a_users_containers_are_indexable():
+    cw = np.array([1.0, 2.0, 0.5])
+    m = _Nested(cw)
+    z, y = np.ones((4, 3)), np.array([0, 2, 1, 1])
+    f = lambda z, y: np.sum(_NESTED_CFG["inner"]["cw"][y] * z[:, 0])
+    for fn in (m.loss, f):
+        assert adjit.compile(fn, backend="numpy")(z, y) == fn(z, y)
+        np.testing.assert_allclose(adjit.grad(fn)(z, y)[:, 0], cw[y])
+    assert m.params["cw"] is cw and type(_NESTED_CFG["inner"]["cw"]) is np.ndarray
