@@ -2394,29 +2394,16 @@ def constructors_accept_tracers():
                 patched.append((cls, {k: cls.__dict__.get(k) for k in wraps}))
                 for kind, wrap in wraps.items():
                     setattr(cls, kind, _made(wrap, getattr(cls, kind)))
-            xpx = sys.modules.get("scipy._lib.array_api_extra")
-            if xpx is not None and hasattr(xpx, "apply_where"):
-                # SciPy's two-branch formulas (cauchy._logpdf, t's df = inf case)
-                _originals["scipy_apply_where"] = (xpx, xpx.apply_where)
-                xpx.apply_where = _made(_apply_where, xpx.apply_where)
-            util = sys.modules.get("scipy._lib._util")
-            if util is not None and hasattr(util, "_lazyselect"):
-                # SciPy's branch selection in its formulas (beta._entropy)
-                orig = util._lazyselect
-                mods = [m for m in (util, sys.modules.get("scipy.stats._continuous_distns"),
-                                    sys.modules.get("scipy.stats._discrete_distns"))
-                        if getattr(m, "_lazyselect", None) is orig]
-                _originals["scipy_lazyselect"] = (mods, orig)
-                for m in mods:
-                    m._lazyselect = _made(_lazyselect, orig)
-            spf = sys.modules.get("scipy.special._spfun_stats")
-            if spf is not None:
-                # scipy.special.multigammaln (a Wishart's normalizer): a sum of gammalns
-                mods = [m for m in (spf, sys.modules.get("scipy.special"))
-                        if getattr(m, "multigammaln", None) is spf.multigammaln]
-                _originals["scipy_multigammaln"] = (mods, spf.multigammaln)
-                for m in mods:
-                    m.multigammaln = _made(_multigammaln, spf.multigammaln)
+            # SciPy's helpers, in their home module and where other modules imported them
+            _originals["scipy_helpers"] = helpers = []
+            for home, name, also, wrap in _SCIPY_HELPERS:
+                orig = getattr(sys.modules.get(home), name, None)
+                if orig is None:
+                    continue
+                for m in (sys.modules.get(n) for n in (home,) + also):
+                    if getattr(m, name, None) is orig:
+                        helpers.append((m, name, orig))
+                        setattr(m, name, _made(wrap, orig))
             lse = sys.modules.get("scipy.special._logsumexp")
             if lse is not None and hasattr(lse, "_logsumexp"):
                 _originals["scipy_logsumexp"] = (lse, lse._logsumexp)
@@ -2479,17 +2466,8 @@ def constructors_accept_tracers():
                     sfft = sys.modules.get("scipy.fft")
                     for name, orig in _originals.pop("scipy_fft").items():
                         setattr(sfft, name, orig)
-                if "scipy_lazyselect" in _originals:
-                    mods, orig = _originals.pop("scipy_lazyselect")
-                    for m in mods:
-                        m._lazyselect = orig
-                if "scipy_multigammaln" in _originals:
-                    mods, orig = _originals.pop("scipy_multigammaln")
-                    for m in mods:
-                        m.multigammaln = orig
-                if "scipy_apply_where" in _originals:
-                    xpx, orig = _originals.pop("scipy_apply_where")
-                    xpx.apply_where = orig
+                for m, name, orig in _originals.pop("scipy_helpers"):
+                    setattr(m, name, orig)
                 if "scipy_logsumexp" in _originals:
                     lse, core = _originals.pop("scipy_logsumexp")
                     lse._logsumexp = core
@@ -2843,9 +2821,9 @@ def _patch_user_globals():
         patched[id(_originals[name])] = (_originals[name], getattr(np, name))
     for mod, name, orig in _originals["polynomial"]:
         patched[id(orig)] = (orig, getattr(mod, name))
-    if "scipy_multigammaln" in _originals:      # from scipy.special import multigammaln
-        orig = _originals["scipy_multigammaln"][1]
-        patched[id(orig)] = (orig, _made(_multigammaln, orig))
+    for m, name, orig in _originals["scipy_helpers"]:
+        if name == "multigammaln":       # from scipy.special import multigammaln
+            patched[id(orig)] = (orig, getattr(m, name))
     done = []
     tables = tables_on()
     for name, mod in list(sys.modules.items()):
@@ -3112,6 +3090,16 @@ def _multigammaln(orig):
         return F.where(F.gt(a, 0.5 * (d - 1)), res, np.nan)
     return fn
 
+
+# (home module, name, other modules that import it, wrapper maker): SciPy's helpers traced
+_SCIPY_HELPERS = (
+    # two-branch formulas (cauchy._logpdf, t's df = inf case)
+    ("scipy._lib.array_api_extra", "apply_where", (), _apply_where),
+    # branch selection in formulas (beta._entropy, kappa4)
+    ("scipy._lib._util", "_lazyselect", ("scipy.stats._continuous_distns",
+                                         "scipy.stats._discrete_distns"), _lazyselect),
+    # a Wishart's normalizer: a sum of gammalns
+    ("scipy.special._spfun_stats", "multigammaln", ("scipy.special",), _multigammaln))
 
 _STATS_WRAPS = {}
 

@@ -194,14 +194,14 @@ def continuous(kind, dist, x, args, kwds):
         inside = C.logical_and(dist._open_support_mask(z, *shapes), F.gt(scale, 0))
         zz = F.where(inside, z, _a_point(a, b))
         r = _private(dist, "_" + kind, kind)(zz, *shapes)
-        out = F.where(inside, r, _off_support(kind, z, a, b))
+        ends = F.ge(z, b) if kind in ("cdf", "logcdf") else F.le(z, a)
+        out = F.where(inside, r, _off_support(kind, ends))
     return F.where(C.logical_and(good, C.logical_not(C.isnan(z))), out, np.nan)
 
 
-def _off_support(kind, z, a, b):
-    """cdf, logcdf, sf, logsf where the formula is not evaluated: 1 (log 0) at and beyond the
-    upper end for the cdf, at and below the lower end for the sf, else 0 (log -inf)."""
-    ends = F.ge(z, b) if kind in ("cdf", "logcdf") else F.le(z, a)
+def _off_support(kind, ends):
+    """cdf, logcdf, sf, logsf where the formula is not evaluated: 1 (log 0) at the ends (at
+    and beyond the upper end for the cdf, below the lower one for the sf), else 0 (log -inf)."""
     return F.where(ends, 0.0 if kind.startswith("log") else 1.0,
                    -np.inf if kind.startswith("log") else 0.0)
 
@@ -255,9 +255,7 @@ def discrete(kind, dist, k, args, kwds):
         if kind in ("cdf", "sf"):
             r = F.minimum(F.maximum(r, 0.0), 1.0)       # SciPy clips them
         ends = F.ge(k, b) if kind in ("cdf", "logcdf") else F.lt(k, a)
-        off = F.where(ends, 0.0 if kind.startswith("log") else 1.0,
-                      -np.inf if kind.startswith("log") else 0.0)
-        out = F.where(on, r, off)
+        out = F.where(on, r, _off_support(kind, ends))
     return F.where(C.logical_and(good, C.logical_not(C.isnan(k))), out, np.nan)
 
 

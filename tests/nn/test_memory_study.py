@@ -4,25 +4,24 @@ import argparse
 from adjit.nn import memory_study
 
 
-def test_study_prints_each_schedule_and_the_growth(capsys):
+def _study(capsys, *argv):
+    """`adjit memory ARGV`: its printed output and table rows (split into words)."""
     p = argparse.ArgumentParser()
     memory_study.add_arguments(p)
-    args = p.parse_args(["--depth", "4,9", "--width", "32", "--batch", "64", "--repeat", "1"])
-    assert memory_study.main(args) == 0
+    assert memory_study.main(p.parse_args(list(argv) + ["--repeat", "1"])) == 0
     out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    return out, [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+
+
+def test_study_prints_each_schedule_and_the_growth(capsys):
+    out, rows = _study(capsys, "--depth", "4,9", "--width", "32", "--batch", "64")
     assert [(r[0], r[1]) for r in rows] == [(d, s) for d in ("4", "9")
                                             for s in ("store-all", "sqrt", "budget")]
     assert "sqrt: memory besides gradients grows like L^" in out
 
 
 def test_repeated_depths_are_measured_once_and_fit_nothing(capsys):
-    p = argparse.ArgumentParser()
-    memory_study.add_arguments(p)
-    args = p.parse_args(["--depth", "4,4", "--width", "16", "--batch", "8", "--repeat", "1"])
-    assert memory_study.main(args) == 0
-    out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    out, rows = _study(capsys, "--depth", "4,4", "--width", "16", "--batch", "8")
     assert [r[0] for r in rows] == ["4"] * 3 and "grows like" not in out
 
 
