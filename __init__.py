@@ -7,6 +7,7 @@ array([-2.,  2.])
 from .backends.runtime import MemoryReport, Program, measure_peak_memory
 from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jacobian,
                            jvp, value_and_grad, vjp)
+from .frontend.custom import custom_jvp, custom_vjp
 from .frontend.functions import (erf, erfc, logsumexp, log_softmax, one_hot, relu, sigmoid,
                                  softmax, softplus, stop_gradient, where)
 from .frontend.trace import trace
@@ -16,7 +17,7 @@ from .ir.graph import Graph
 
 __all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "GradError", "LibraryError", "MemoryReport", "OptionError",
            "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
-           "compile", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
+           "compile", "custom_jvp", "custom_vjp", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
            "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
            "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "where"]
 __version__ = "0.1.0"

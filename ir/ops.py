@@ -1484,6 +1484,25 @@ def _matmul_rewrite(emit, attrs, args):
 OPS["matmul"].rewrite = _matmul_rewrite
 # stop_gradient only matters to autodiff, which has run before simplification
 OPS["stop_gradient"].noop = lambda a, shape, dtype: True
+# custom rules (frontend/custom.py): the node's first argument is the primal result, the
+# others the traced arguments and residuals; the user's rules, held in the `rule` attribute,
+# give the VJP and JVP. Its forward is its first argument, so after autodiff simplification
+# drops it (identity) and no backend sees it.
+def _safe_name(s):
+    from .printer import safe_text
+    return safe_text(s)
+
+
+for _name in ("custom_vjp", "custom_jvp"):
+    _register(OpDef(
+        _name, None, "custom", lambda shapes, a: shapes[0], first_dtype,
+        lambda y, *rest, rule: y,
+        lambda g, out, *xs, rule: rule.vjp(g, list(xs[1:])),
+        lambda ts, out, *xs, rule: rule.jvp(ts, list(xs[1:])), None,
+        identity=lambda consts: 0, show=lambda a: _safe_name(a["rule"].name),
+        doc="a function with the user's derivative rule (adjit.custom_vjp / custom_jvp)"))
+
+
 OPS["transpose"].chain = lambda inner, outer: {
     "perm": tuple(inner["perm"][p] for p in outer["perm"])}
 OPS["reshape"].chain = lambda inner, outer: dict(outer)

@@ -36,7 +36,8 @@ def format_attrs(op, attrs) -> str:
         return ""
     from .ops import OPS
     if op in OPS and OPS[op].show is not None:
-        return OPS[op].show(attrs)
+        shown = OPS[op].show(attrs)
+        return shown if shown.startswith("[") else f"[{shown}]"
     parts = []
     for k, v in sorted(attrs.items()):
         if k == "value":

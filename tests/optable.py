@@ -58,6 +58,24 @@ def _b(op_fn, dom="any", dom2=None):
 _IDX = np.array([2, 0, 1])
 
 
+# custom rules (adjit.custom_vjp / custom_jvp): the node is an identity whose derivative is
+# the user's rule; these rules are the true derivatives, so differences check them
+@adjit.custom_vjp
+def _sin_x(x):
+    return np.sin(x) * x
+
+
+_sin_x.defvjp(lambda x: (np.sin(x) * x, x), lambda x, g: (g * (np.cos(x) * x + np.sin(x)),))
+
+
+@adjit.custom_jvp
+def _tanh2(x):
+    return np.tanh(2.0 * x)
+
+
+_tanh2.defjvp(lambda p, t: (_tanh2(p[0]), t[0] * 2.0 / np.cosh(2.0 * p[0]) ** 2))
+
+
 def _gather(x):
     return x[np.arange(3), _IDX]
 
@@ -146,6 +164,8 @@ TABLE = {
     "sign": _u(lambda x: np.sign(x) * x * x, "away0"),
     # the derivative ignores the stopped factor, so differences cannot check it
     "stop_gradient": dict(_u(lambda x: adjit.stop_gradient(x) * x), fd=False),
+    "custom_vjp": _u(lambda x: _sin_x(x) * x),
+    "custom_jvp": _u(lambda x: _tanh2(x) + x * _tanh2(x)),
     "add": _b(lambda x, y: x + y),
     "sub": _b(lambda x, y: x - y),
     "mul": _b(lambda x, y: x * y),

@@ -146,7 +146,8 @@ def test_static_estimate_matches_measured_peak():
 
 
 @pytest.mark.parametrize("mod", ["adjit", "adjit.frontend.functions", "adjit.frontend.api",
-                                 "adjit.frontend.trace", "adjit.frontend.linalg"])
+                                 "adjit.frontend.trace", "adjit.frontend.linalg",
+                                 "adjit.frontend.custom"])
 def test_docstring_examples_run(mod):
     import importlib
     m = importlib.import_module(mod)

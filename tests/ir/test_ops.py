@@ -12,7 +12,8 @@ IDS = [f"{n}-{k}" for n, k, _, _ in CASES]
 FD_CASES = [c for c in CASES if TABLE[c[0]].get("fd", True)]
 FD_IDS = [f"{n}-{k}" for n, k, _, _ in FD_CASES]
 # only reached through other ops or with integer inputs, so the row's graph may not show it
-INDIRECT = {"scatter_add", "one_hot", "sum"}
+# (custom rules: only in a trace that is differentiated; a plain trace runs the function)
+INDIRECT = {"scatter_add", "one_hot", "sum", "custom_vjp", "custom_jvp"}
 EPS = 1e-6
 
 

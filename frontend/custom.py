@@ -1,0 +1,519 @@
+"""Custom derivative rules: `adjit.custom_vjp` and `adjit.custom_jvp`, as JAX's.
+
+A call of a decorated function inside a trace that will be differentiated becomes one
+`custom_vjp` (or `custom_jvp`) node: its first argument is the primal result (computed by the
+user's fwd, or by the function itself), the others are the traced leaves of the arguments and
+of the residuals. Its forward is that first argument, so simplification removes the node after
+autodiff (ir/ops.py); its VJP and JVP rules call the user's rules, held in the node's `rule`
+attribute (a `_Rule`), on the replayed values:
+- custom_vjp: the VJP is the user's bwd; the JVP (forward mode: jvp, hvp, a Jacobian by
+  columns) is J t = d/dg <bwd(res, g), t>, bwd being linear in g.
+- custom_jvp: the JVP is the user's; the VJP is J^T g = d/dt <jvp(primals, t), g> at t = 0.
+Both are computed with adjit's own transformations, so rules compose with grad of grad.
+
+Several float results are packed into one vector for the node (the rules see them apart);
+integer and boolean results carry no derivative and bypass it.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..ir.errors import GradError, TraceError
+from . import functions as F
+from . import pytree
+from .buffer import Buffer, resolve
+from .tracer import Tracer, _at, current, user_where
+
+
+def _defined(fn):
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    return f" (defined at {code.co_filename}:{code.co_firstlineno})" if code else ""
+
+
+def _name(fn):
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class _Custom:
+    """What custom_vjp and custom_jvp share: calling, the nondiff arguments, the packing."""
+
+    kind = ""
+
+    def __init__(self, fun, nondiff_argnums=()):
+        if not callable(fun):
+            raise TypeError(f"adjit.{self.kind} needs a function, got {type(fun).__name__}")
+        nums = (nondiff_argnums,) if isinstance(nondiff_argnums, int) else tuple(nondiff_argnums)
+        if any(not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in nums):
+            raise TypeError(f"adjit.{self.kind}: nondiff_argnums must be non-negative ints "
+                            f"(argument positions), got {nondiff_argnums!r}")
+        self.fun = fun
+        self._inside = 0
+        self.nondiff_argnums = tuple(sorted(set(nums)))
+        functools.update_wrapper(self, fun)
+
+    def __get__(self, obj, objtype=None):      # a decorated method: bind self
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self):
+        return f"<adjit.{self.kind} of {_name(self.fun)}{_defined(self.fun)}>"
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError(f"adjit.{self.kind} function {_name(self.fun)} got keyword "
+                            f"arguments {sorted(kwargs)}: pass its arguments by position "
+                            "(the rules receive them by position), or bind options with "
+                            "functools.partial before decorating")
+        if any(k >= len(args) for k in self.nondiff_argnums):
+            raise TypeError(f"adjit.{self.kind} function {_name(self.fun)}: nondiff_argnums "
+                            f"{self.nondiff_argnums} names an argument it was not given "
+                            f"({len(args)} arguments)")
+        ctx = current()
+        self._check_rules()
+        if ctx is None or not ctx.differentiated or self._inside or not _traced(args):
+            # plain NumPy, a trace nobody differentiates, constants only, or a call from one
+            # of its own rules (fwd returning f(x), a jvp returning (f(x), ...)): the function
+            return self.fun(*args)
+        return self._traced_call(args)
+
+    def _rule(self, fn, *args):
+        """fn(*args) with calls of this function inside it running the function itself."""
+        self._inside += 1
+        try:
+            return fn(*args)
+        finally:
+            self._inside -= 1
+
+    def _check_rules(self):
+        raise NotImplementedError
+
+    def _split(self, args):
+        """-> (leaves, tree, diff) for the arguments: diff[i] says whether leaf i is a traced
+        float of a differentiated argument (it gets a cotangent)."""
+        leaves, tree, _ = pytree.flatten(tuple(args), "args")
+        if tree_has_complex(tree):
+            raise GradError(f"adjit.{self.kind} function {_name(self.fun)}{_at(user_where())} "
+                            "got a complex argument: custom rules take real arrays (pass the "
+                            "real and imaginary parts)")
+        leaves = [resolve(x) if isinstance(x, Buffer) else x for x in leaves]
+        owner = _leaf_owners(tree)
+        diff = [isinstance(x, Tracer) and x.dtype.kind == "f" and owner[i] not in
+                self.nondiff_argnums for i, x in enumerate(leaves)]
+        return leaves, tree, diff
+
+    def _node(self, op, y_leaves, out_tree, arg_leaves, arg_tree, diff, res=None):
+        """Emit the node over the packed float results; -> the result tree."""
+        floats = [i for i, y in enumerate(y_leaves) if _is_float(y)]
+        ys = [_as_tracer(y_leaves[i]) for i in floats]
+        if not ys:
+            return pytree.unflatten(out_tree, y_leaves)
+        res_leaves, res_tree = ([], None) if res is None else pytree.flatten(res, "res")[:2]
+        res_leaves = [resolve(x) if isinstance(x, Buffer) else x for x in res_leaves]
+        traced = [i for i, x in enumerate(arg_leaves) if isinstance(x, Tracer)]
+        res_traced = [i for i, x in enumerate(res_leaves) if isinstance(x, Tracer)]
+        rule = _Rule(self, out_tree, [(y.shape, y.dtype) for y in ys], floats, len(y_leaves),
+                     arg_leaves, arg_tree, traced, [diff[i] for i in traced],
+                     res_leaves, res_tree, res_traced)
+        packed = rule.pack(ys)
+        node = current().emit(op, [F.stop_gradient(packed)] + [arg_leaves[i] for i in traced] +
+                              [res_leaves[i] for i in res_traced], {"rule": rule})
+        outs = list(y_leaves)
+        for i, y in zip(floats, rule.unpack(node)):
+            outs[i] = y
+        return pytree.unflatten(out_tree, outs)
+
+
+def tree_has_complex(td):
+    return td[0] == "complex" or (td[0] not in ("leaf", "none", "static")
+                                   and any(tree_has_complex(c) for c in td[2]))
+
+
+def _leaf_owners(tree):
+    """The top-level argument each leaf of flatten(tuple(args)) belongs to."""
+    owner = []
+    for k, child in enumerate(tree[2]):
+        owner += [k] * pytree.num_leaves(child)
+    return owner
+
+
+def _traced(args):
+    return any(isinstance(x, (Tracer, Buffer)) for x in pytree.flatten(tuple(args), "args")[0])
+
+
+def _is_float(y):
+    return np.dtype(getattr(y, "dtype", np.result_type(y))).kind == "f"
+
+
+def _as_tracer(y):
+    if isinstance(y, Tracer):
+        return y
+    y = resolve(y) if isinstance(y, Buffer) else y
+    return y if isinstance(y, Tracer) else F.const(np.asarray(y))
+
+
+class custom_vjp(_Custom):  # noqa: N801 (named as JAX's)
+    """A function with a reverse-mode rule of your own, as `jax.custom_vjp`:
+
+    >>> import numpy as np, adjit
+    >>> @adjit.custom_vjp
+    ... def clip_gradient(x):
+    ...     return x
+    >>> def fwd(x):
+    ...     return x, None                  # (result, residuals for bwd)
+    >>> def bwd(res, g):
+    ...     return (np.clip(g, -1.0, 1.0),)  # one cotangent per argument
+    >>> clip_gradient.defvjp(fwd, bwd)
+    >>> adjit.grad(lambda x: np.sum(3.0 * clip_gradient(x)))(np.ones(2))
+    array([1., 1.])
+
+    fwd(*args) returns (result, residuals); bwd(residuals, g) returns a tuple with one
+    cotangent per argument, each shaped like that argument (None for zeros). With
+    nondiff_argnums, those arguments come first: bwd(*nondiff, residuals, g). Called outside
+    a differentiated trace the function itself runs. Forward mode (jvp, hvp, a Jacobian by
+    columns) goes through bwd as well (bwd is linear in g), so Hessians work when bwd is
+    differentiable. The rules may not close over arrays traced outside them: pass those as
+    arguments or residuals.
+    """
+
+    kind = "custom_vjp"
+
+    def __init__(self, fun, nondiff_argnums=()):
+        super().__init__(fun, nondiff_argnums)
+        self.fwd = self.bwd = None
+
+    def defvjp(self, fwd, bwd):
+        if not callable(fwd) or not callable(bwd):
+            raise TypeError("defvjp(fwd, bwd) takes two functions: fwd(*args) -> (result, "
+                            "residuals) and bwd(residuals, g) -> one cotangent per argument")
+        self.fwd, self.bwd = fwd, bwd
+
+    def _check_rules(self):
+        if self.fwd is None:
+            raise GradError(f"adjit.custom_vjp function {_name(self.fun)}"
+                            f"{_defined(self.fun)} has no rule: call "
+                            f"{_name(self.fun)}.defvjp(fwd, bwd) before using it")
+
+    def _traced_call(self, args):
+        leaves, tree, diff = self._split(args)
+        got = self._rule(self.fwd, *args)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradError(f"the fwd rule of {_name(self.fun)}{_defined(self.fwd)} must return "
+                            f"(result, residuals), a pair; it returned {type(got).__name__}")
+        y, res = got
+        y_leaves, out_tree, _ = pytree.flatten(y, "result")
+        if tree_has_complex(out_tree):
+            raise GradError(f"adjit.custom_vjp function {_name(self.fun)}{_at(user_where())} "
+                            "returned a complex value: custom rules give real arrays")
+        return self._node("custom_vjp", y_leaves, out_tree, leaves, tree, diff, res)
+
+
+class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
+    """A function with a forward-mode rule of your own, as `jax.custom_jvp`:
+
+    >>> import numpy as np, adjit
+    >>> @adjit.custom_jvp
+    ... def log1pexp(x):
+    ...     return np.log1p(np.exp(x))
+    >>> @log1pexp.defjvp
+    ... def log1pexp_jvp(primals, tangents):
+    ...     (x,), (t,) = primals, tangents
+    ...     return log1pexp(x), t / (1.0 + np.exp(-x))
+    >>> adjit.grad(lambda x: np.sum(log1pexp(x)))(np.array([800.0]))
+    array([1.])
+
+    jvp(primals, tangents) gets two tuples (one entry per argument) and returns (result,
+    tangent of the result); `defjvps(f0, f1, ...)` gives one rule per argument instead,
+    f_k(t_k, result, *args). Reverse mode (grad) goes through the JVP as well (it is linear
+    in the tangents). With nondiff_argnums, those arguments come first: jvp(*nondiff,
+    primals, tangents), and the tuples hold the others. The rules may not close over arrays
+    traced outside them: pass those as arguments.
+    """
+
+    kind = "custom_jvp"
+
+    def __init__(self, fun, nondiff_argnums=()):
+        super().__init__(fun, nondiff_argnums)
+        self.jvp = None
+
+    def defjvp(self, jvp):
+        if not callable(jvp):
+            raise TypeError("defjvp(jvp) takes a function jvp(primals, tangents) -> (result, "
+                            "tangent of the result)")
+        self.jvp = jvp
+        return jvp
+
+    def defjvps(self, *rules):
+        """One rule per (differentiated) argument: rules[k](t_k, result, *args) -> its part
+        of the result's tangent (None: the result does not depend on that argument)."""
+        def jvp(primals, tangents):
+            ans = self.fun(*primals)
+            out = None
+            for rule, t in zip(rules, tangents):
+                if rule is None:
+                    continue
+                part = rule(t, ans, *primals)
+                out = part if out is None else pytree.unflatten(
+                    pytree.flatten(out)[1], [a + b for a, b in zip(pytree.flatten(out)[0],
+                                                                 pytree.flatten(part)[0])])
+            return ans, out
+        self.jvp = jvp
+        return jvp
+
+    def _check_rules(self):
+        if self.jvp is None:
+            raise GradError(f"adjit.custom_jvp function {_name(self.fun)}"
+                            f"{_defined(self.fun)} has no rule: decorate its JVP with "
+                            f"@{_name(self.fun)}.defjvp before using it")
+
+    def _traced_call(self, args):
+        leaves, tree, diff = self._split(args)
+        y = self.fun(*args)
+        y_leaves, out_tree, _ = pytree.flatten(y, "result")
+        if tree_has_complex(out_tree):
+            raise GradError(f"adjit.custom_jvp function {_name(self.fun)}{_at(user_where())} "
+                            "returned a complex value: custom rules give real arrays")
+        return self._node("custom_jvp", y_leaves, out_tree, leaves, tree, diff)
+
+
+class _Rule:
+    """The node's attribute: the user's rules and how to rebuild their arguments from the
+    node's (replayed) argument values."""
+
+    def __init__(self, owner, out_tree, metas, floats, n_out, arg_leaves, arg_tree, traced,
+                 diff, res_leaves, res_tree, res_traced):
+        self.owner = owner
+        self.out_tree, self.metas, self.floats, self.n_out = out_tree, metas, floats, n_out
+        self.out_zeros = []     # the non-float results: rebuilt as constants for the rules
+        self.arg_tree, self.traced, self.diff = arg_tree, traced, diff
+        # constants stay in place; traced leaves are filled from the node's arguments
+        self.arg_leaves = [None if isinstance(x, Tracer) else x for x in arg_leaves]
+        self.arg_meta = [(x.shape, x.dtype) if isinstance(x, Tracer) else None
+                         for x in arg_leaves]
+        self.res_tree, self.res_traced = res_tree, res_traced
+        self.res_leaves = [None if isinstance(x, Tracer) else x for x in res_leaves]
+        self.dtype = np.result_type(*[d for _, d in metas])
+
+    @property
+    def name(self):
+        return _name(self.owner.fun)
+
+    def __repr__(self):
+        return f"{self.owner.kind}({self.name})"
+
+    # -- packing the float results into one vector -------------------------------------
+    def pack(self, ys):
+        if len(ys) == 1:
+            return ys[0]
+        return F.concatenate([F.reshape(F.cast(y, self.dtype), (-1,)) for y in ys], 0)
+
+    def unpack(self, p):
+        if len(self.metas) == 1:
+            return [p]
+        out, at = [], 0
+        for shape, dtype in self.metas:
+            n = int(np.prod(shape))
+            out.append(F.cast(F.reshape(F.slice_(p, (slice(at, at + n),)), shape), dtype))
+            at += n
+        return out
+
+    @property
+    def packed_shape(self):
+        if len(self.metas) == 1:
+            return self.metas[0][0]
+        return (sum(int(np.prod(s)) for s, _ in self.metas),)
+
+    def result_tree(self, floats_values):
+        """The result's structure holding floats_values; zeros for the integer results."""
+        leaves = [None] * self.n_out
+        for i, v in zip(self.floats, floats_values):
+            leaves[i] = v
+        return pytree.unflatten(self.out_tree, leaves)
+
+    # -- rebuilding the rules' arguments ---------------------------------------------------
+    def args(self, values):
+        leaves = list(self.arg_leaves)
+        for i, v in zip(self.traced, values):
+            leaves[i] = v
+        return pytree.unflatten(self.arg_tree, leaves)
+
+    def res(self, values):
+        if self.res_tree is None:
+            return None
+        leaves = list(self.res_leaves)
+        for i, v in zip(self.res_traced, values):
+            leaves[i] = v
+        return pytree.unflatten(self.res_tree, leaves)
+
+    def split_args(self, xs):
+        n = len(self.traced)
+        return xs[:n], xs[n:]
+
+    def _nondiff_and_rest(self, full):
+        """(the nondiff arguments, the others) of the rebuilt argument tuple."""
+        nd = self.owner.nondiff_argnums
+        return ([full[k] for k in nd], tuple(a for k, a in enumerate(full) if k not in nd))
+
+    def _call(self, what, fn, *args):
+        try:
+            return self.owner._rule(fn, *args)
+        except TraceError as e:
+            if "already finished" not in str(e) and "escaped" not in str(e):
+                raise
+            raise TraceError(f"the {what} rule of {_name(self.owner.fun)}{_defined(fn)} uses "
+                             "an array traced outside it (a closure over a value of the "
+                             f"function that calls {_name(self.owner.fun)}): pass it as an "
+                             "argument of the custom function (and, for a VJP, return it "
+                             "among the residuals)") from None
+
+    # -- the cotangents of the differentiated arguments from per-argument trees ----------
+    def _leaf_cotangents(self, cts, what):
+        """cts: one tree per non-nondiff argument (None: zeros) -> the cotangent of each
+        traced leaf that gets one (None: zero)."""
+        nd = self.owner.nondiff_argnums
+        kept = [k for k in range(len(self.arg_tree[2])) if k not in nd]
+        fname = _name(self.owner.fun)
+        if not isinstance(cts, (tuple, list)) or len(cts) != len(kept):
+            raise GradError(f"the {what} rule of {fname} must return a tuple with one cotangent "
+                            f"per argument ({len(kept)}: {'(g,)' if len(kept) == 1 else ''} "
+                            f"None for an argument without one); it returned "
+                            f"{type(cts).__name__}"
+                            + (f" of length {len(cts)}" if isinstance(cts, (tuple, list))
+                               else ""))
+        per_leaf = []
+        for k, ct in zip(kept, cts):
+            sub = self.arg_tree[2][k]
+            n = pytree.num_leaves(sub)
+            if ct is None:
+                per_leaf += [None] * n
+                continue
+            try:
+                got = pytree.flatten_like(ct, sub, f"the cotangent of argument {k}")
+            except (GradError, ValueError, TypeError) as e:
+                raise GradError(f"the {what} rule of {fname}: the cotangent for argument {k} "
+                                f"does not have that argument's structure: {e}") from None
+            per_leaf += list(got)
+        full = [None] * len(self.arg_leaves)
+        at = 0
+        for k in range(len(self.arg_tree[2])):
+            n = pytree.num_leaves(self.arg_tree[2][k])
+            if k not in nd:
+                full[at:at + n] = per_leaf[:n]
+                per_leaf = per_leaf[n:]
+            at += n
+        out = []
+        for i, d in zip(self.traced, self.diff):
+            c = full[i]
+            if not d or c is None:
+                out.append(None)
+                continue
+            shape, dtype = self.arg_meta[i]
+            c = _as_tracer(c)
+            if tuple(c.shape) != tuple(shape):
+                raise GradError(f"the {what} rule of {fname} gave a cotangent of shape "
+                                f"{tuple(c.shape)} for an argument of shape {tuple(shape)}; "
+                                "each cotangent has its argument's shape")
+            out.append(F.cast(c, dtype))
+        return out
+
+    # -- custom_vjp ------------------------------------------------------------------------
+    def vjp(self, g, xs):
+        """Cotangents of the node's arguments [y, *traced args, *residuals]."""
+        xa, xr = self.split_args(xs)
+        nd, _ = self._nondiff_and_rest(self.args(xa))
+        if self.owner.kind == "custom_vjp":
+            gt = self.result_tree(self.unpack(g))
+            cts = self._call("bwd", self.owner.bwd, *nd, self.res(xr), gt)
+            return [None] + self._leaf_cotangents(cts, "bwd") + [None] * len(xr)
+        # custom_jvp: J^T g = d/dt <jvp(primals, t), g> at t = 0
+        return [None] + self._transpose_jvp(g, xa) + [None] * len(xr)
+
+    def jvp(self, ts, xs):
+        """The tangent of the node's result from its arguments' tangents (ts[0], y's, is
+        not used: the rule's is)."""
+        xa, xr = self.split_args(xs)
+        ta = self.split_args(list(ts[1:]))[0]
+        if self.owner.kind == "custom_jvp":
+            return self._jvp(xa, ta)
+        # custom_vjp: J t = d/dg <bwd(res, g), t>
+        live = [(i, t) for i, (t, d) in enumerate(zip(ta, self.diff)) if d and t is not None]
+        if not live:
+            return None
+        from .api import grad
+        nd, _ = self._nondiff_and_rest(self.args(xa))
+        res = self.res(xr)
+
+        def inner(gp):
+            cts = self._call("bwd", self.owner.bwd, *nd, res, self.result_tree(self.unpack(gp)))
+            cs = self._leaf_cotangents(cts, "bwd")
+            total = None
+            for i, t in live:
+                if cs[i] is None:
+                    continue
+                part = F.sum(F.mul(cs[i], t))
+                total = part if total is None else F.add(total, part)
+            return total if total is not None else F.sum(F.mul(gp, 0.0))
+        return grad(inner)(F.zeros(self.packed_shape, self.dtype))
+
+    def _tangent_args(self, xa, ta):
+        """(primals, tangents) tuples for the user's jvp: zeros for leaves without one."""
+        primals = self.args(xa)
+        tl = [None] * len(self.arg_leaves)
+        for i, t in zip(self.traced, ta):
+            tl[i] = t
+        leaves = []
+        for k, (x, t) in enumerate(zip(pytree.flatten(tuple(primals), "args")[0], tl)):
+            if t is None:
+                shape = getattr(x, "shape", np.shape(x))
+                dt = getattr(x, "dtype", np.result_type(x))
+                t = F.zeros(shape, dt if np.dtype(dt).kind == "f" else np.float64)
+            leaves.append(t)
+        tangents = pytree.unflatten(self.arg_tree, leaves)
+        nd, p = self._nondiff_and_rest(primals)
+        _, t = self._nondiff_and_rest(tangents)
+        return nd, p, t
+
+    def _jvp(self, xa, ta):
+        nd, p, t = self._tangent_args(xa, ta)
+        got = self._call("jvp", self.owner.jvp, *nd, p, t)
+        fname = _name(self.owner.fun)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradError(f"the jvp rule of {fname}{_defined(self.owner.jvp)} must return "
+                            "(result, tangent of the result), a pair")
+        tout = got[1]
+        try:
+            leaves = pytree.flatten_like(tout, self.out_tree, "the tangent of the result")
+        except (GradError, ValueError, TypeError) as e:
+            raise GradError(f"the jvp rule of {fname}: the tangent of the result does not have "
+                            f"the result's structure: {e}") from None
+        ts = []
+        for i, (shape, dtype) in zip(self.floats, self.metas):
+            t_i = leaves[i]
+            t_i = F.zeros(shape, dtype) if t_i is None else _as_tracer(t_i)
+            if tuple(t_i.shape) != tuple(shape):
+                t_i = F.broadcast_to(t_i, shape) if np.broadcast_shapes(
+                    tuple(t_i.shape), tuple(shape)) == tuple(shape) else t_i
+            if tuple(t_i.shape) != tuple(shape):
+                raise GradError(f"the jvp rule of {fname} gave a tangent of shape "
+                                f"{tuple(t_i.shape)} for a result of shape {tuple(shape)}")
+            ts.append(F.cast(t_i, dtype))
+        return self.pack(ts)
+
+    def _transpose_jvp(self, g, xa):
+        from .api import grad
+        want = [i for i, d in enumerate(self.diff) if d]
+        if not want:
+            return [None] * len(self.traced)
+        zeros = [F.zeros(self.arg_meta[self.traced[i]][0], self.arg_meta[self.traced[i]][1])
+                 for i in want]
+
+        def inner(tw):
+            ta = [None] * len(self.traced)
+            for i, t in zip(want, tw):
+                ta[i] = t
+            return F.sum(F.mul(self._jvp(xa, ta), g))
+        got = grad(inner)(zeros)
+        out = [None] * len(self.traced)
+        for i, c in zip(want, got):
+            out[i] = c
+        return out
