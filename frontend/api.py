@@ -897,7 +897,8 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
         return [F.lift(np.eye(1, size(d), i, dtype=d["dtype"]).reshape(d["shape"])
                        if k == which else np.zeros(d["shape"], d["dtype"]), d["dtype"], current())
                 for k, d in enumerate(ds)]
-    reverse = n_out <= n_in
+    # a custom_vjp's rule serves reverse mode only (its bwd need not be linear in g)
+    reverse = n_out <= n_in or _has_op(g, "custom_vjp")
 
     def sweeps(lin, n_primal):
         """replay(lin, leaves + seeds) for each seed, re-emitting only the nodes that depend
@@ -945,6 +946,10 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
                                   di["dtype"]))
         blocks.append(row)
     return blocks
+
+
+def _has_op(g, op):
+    return any(g[n]["op"] == op for n in g.nodes())
 
 
 def hessian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):
@@ -1026,9 +1031,14 @@ def _make_hvp(fn, argnums, static, compile_options):
         vs = [_lift_like(x, g[g.inputs[k]], "hvp: v (the last argument: h(*args, v); SciPy's "
                      "hessp(x, p, *args) is lambda x, p, *a: h(x, *a, p))")
           for x, k in zip(v_leaves, wrt)]
-        t = derive_tangent(g, wrt)
-        outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         n = len(g.outputs)
+        if _has_op(g, "custom_vjp"):
+            # a custom_vjp serves reverse mode only: H v = H^T v, the VJP of the gradient
+            from ..passes.autodiff import derive_adjoint
+            t = derive_adjoint(g, wrt, seed="inputs")
+        else:
+            t = derive_tangent(g, wrt)
+        outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         return pytree.unflatten(g.meta["out_tree"], outs[n:])
     c = Compiled(fn, traced, static_argnums=static, name=f"hvp_{_fn_name(fn)}",
                  **compile_options)

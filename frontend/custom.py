@@ -1,15 +1,17 @@
 """Custom derivative rules: `adjit.custom_vjp` and `adjit.custom_jvp`, as JAX's.
 
 A call of a decorated function inside a trace that will be differentiated becomes one
-`custom_vjp` (or `custom_jvp`) node: its first argument is the primal result (computed by the
-user's fwd, or by the function itself), the others are the traced leaves of the arguments and
-of the residuals. Its forward is that first argument, so simplification removes the node after
-autodiff (ir/ops.py); its VJP and JVP rules call the user's rules, held in the node's `rule`
-attribute (a `_Rule`), on the replayed values:
-- custom_vjp: the VJP is the user's bwd; the JVP (forward mode: jvp, hvp, a Jacobian by
-  columns) is J t = d/dg <bwd(res, g), t>, bwd being linear in g.
-- custom_jvp: the JVP is the user's; the VJP is J^T g = d/dt <jvp(primals, t), g> at t = 0.
-Both are computed with adjit's own transformations, so rules compose with grad of grad.
+`custom_vjp` (or `custom_jvp`) node: its first argument is the function's own result (the
+primal, with no gradient of its own), the others are the traced leaves of the arguments. Its
+forward is that first argument, so simplification removes the node after autodiff
+(ir/ops.py); its VJP and JVP rules call the user's rules, held in the node's `rule`
+attribute (a `_Rule`), on the replayed values, when the node is differentiated:
+- custom_vjp: the VJP runs fwd (for the residuals) and bwd. Forward mode is refused, as in
+  JAX (bwd need not be linear in g: clip_gradient); jacobian and hvp use reverse mode for it.
+- custom_jvp: the JVP is the user's; the VJP is J^T g = d/dt <jvp(primals, t), g> at t = 0
+  (the rule is linear in the tangents), computed with adjit's own grad.
+A call of the function inside its own rules (fwd returning f(x), a jvp returning f(x)) is a
+node again, so differentiating the rules once more goes through the rules, as in JAX.
 
 Several float results are packed into one vector for the node (the rules see them apart);
 integer and boolean results carry no derivative and bypass it.
@@ -17,6 +19,7 @@ integer and boolean results carry no derivative and bypass it.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 
@@ -24,7 +27,7 @@ from ..ir.errors import GradError, TraceError
 from . import functions as F
 from . import pytree
 from .buffer import Buffer, resolve
-from .tracer import Tracer, _at, current, user_where
+from .tracer import Tracer, _at, current, user_where, where_override
 
 
 def _defined(fn):
@@ -49,7 +52,10 @@ class _Custom:
             raise TypeError(f"adjit.{self.kind}: nondiff_argnums must be non-negative ints "
                             f"(argument positions), got {nondiff_argnums!r}")
         self.fun = fun
-        self._inside = 0
+        try:
+            self._signature = inspect.signature(fun)
+        except (TypeError, ValueError):    # a builtin without one: arguments as given
+            self._signature = None
         self.nondiff_argnums = tuple(sorted(set(nums)))
         functools.update_wrapper(self, fun)
 
@@ -60,33 +66,49 @@ class _Custom:
         return f"<adjit.{self.kind} of {_name(self.fun)}{_defined(self.fun)}>"
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError(f"adjit.{self.kind} function {_name(self.fun)} got keyword "
-                            f"arguments {sorted(kwargs)}: pass its arguments by position "
-                            "(the rules receive them by position), or bind options with "
-                            "functools.partial before decorating")
+        args = self._bind(args, kwargs)
         if any(k >= len(args) for k in self.nondiff_argnums):
             raise TypeError(f"adjit.{self.kind} function {_name(self.fun)}: nondiff_argnums "
                             f"{self.nondiff_argnums} names an argument it was not given "
                             f"({len(args)} arguments)")
         ctx = current()
         self._check_rules()
-        if ctx is None or not ctx.differentiated or self._inside or not _traced(args):
-            # plain NumPy, a trace nobody differentiates, constants only, or a call from one
-            # of its own rules (fwd returning f(x), a jvp returning (f(x), ...)): the function
+        if ctx is None or not ctx.differentiated or not _traced(args):
+            # plain NumPy, a trace nobody differentiates, or constants only: the function
             return self.fun(*args)
         return self._traced_call(args)
 
-    def _rule(self, fn, *args):
-        """fn(*args) with calls of this function inside it running the function itself."""
-        self._inside += 1
+    def _bind(self, args, kwargs):
+        """The arguments by position, defaults filled in (as JAX's rules receive them)."""
+        sig = self._signature
+        if sig is None:
+            if kwargs:
+                raise TypeError(f"adjit.{self.kind} function {_name(self.fun)} got keyword "
+                                f"arguments {sorted(kwargs)}: pass them by position")
+            return tuple(args)
+        if any(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in sig.parameters.values()):
+            raise TypeError(f"adjit.{self.kind} function {_name(self.fun)}"
+                            f"{_defined(self.fun)} has keyword-only parameters: the rules "
+                            "receive arguments by position, so make them positional (or bind "
+                            "them with functools.partial before decorating)")
         try:
-            return fn(*args)
-        finally:
-            self._inside -= 1
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{_name(self.fun)}(): {e}") from None
+        bound.apply_defaults()
+        return tuple(bound.args)
 
     def _check_rules(self):
         raise NotImplementedError
+
+    def _traced_call(self, args):
+        leaves, tree, diff = self._split(args)
+        y = self.fun(*args)
+        y_leaves, out_tree, _ = pytree.flatten(y, "result")
+        if tree_has_complex(out_tree):
+            raise GradError(f"adjit.{self.kind} function {_name(self.fun)}{_at(user_where())} "
+                            "returned a complex value: custom rules give real arrays")
+        return self._node(self.kind, y_leaves, out_tree, leaves, tree, diff)
 
     def _split(self, args):
         """-> (leaves, tree, diff) for the arguments: diff[i] says whether leaf i is a traced
@@ -102,22 +124,18 @@ class _Custom:
                 self.nondiff_argnums for i, x in enumerate(leaves)]
         return leaves, tree, diff
 
-    def _node(self, op, y_leaves, out_tree, arg_leaves, arg_tree, diff, res=None):
+    def _node(self, op, y_leaves, out_tree, arg_leaves, arg_tree, diff):
         """Emit the node over the packed float results; -> the result tree."""
         floats = [i for i, y in enumerate(y_leaves) if _is_float(y)]
         ys = [_as_tracer(y_leaves[i]) for i in floats]
         if not ys:
             return pytree.unflatten(out_tree, y_leaves)
-        res_leaves, res_tree = ([], None) if res is None else pytree.flatten(res, "res")[:2]
-        res_leaves = [resolve(x) if isinstance(x, Buffer) else x for x in res_leaves]
         traced = [i for i, x in enumerate(arg_leaves) if isinstance(x, Tracer)]
-        res_traced = [i for i, x in enumerate(res_leaves) if isinstance(x, Tracer)]
         rule = _Rule(self, out_tree, [(y.shape, y.dtype) for y in ys], floats, len(y_leaves),
-                     arg_leaves, arg_tree, traced, [diff[i] for i in traced],
-                     res_leaves, res_tree, res_traced)
+                     arg_leaves, arg_tree, traced, [diff[i] for i in traced])
         packed = rule.pack(ys)
-        node = current().emit(op, [F.stop_gradient(packed)] + [arg_leaves[i] for i in traced] +
-                              [res_leaves[i] for i in res_traced], {"rule": rule})
+        node = current().emit(op, [F.stop_gradient(packed)] + [arg_leaves[i] for i in traced],
+                              {"rule": rule})
         outs = list(y_leaves)
         for i, y in zip(floats, rule.unpack(node)):
             outs[i] = y
@@ -169,11 +187,12 @@ class custom_vjp(_Custom):  # noqa: N801 (named as JAX's)
 
     fwd(*args) returns (result, residuals); bwd(residuals, g) returns a tuple with one
     cotangent per argument, each shaped like that argument (None for zeros). With
-    nondiff_argnums, those arguments come first: bwd(*nondiff, residuals, g). Called outside
-    a differentiated trace the function itself runs. Forward mode (jvp, hvp, a Jacobian by
-    columns) goes through bwd as well (bwd is linear in g), so Hessians work when bwd is
-    differentiable. The rules may not close over arrays traced outside them: pass those as
-    arguments or residuals.
+    nondiff_argnums (configuration: functions, numbers, strings), those arguments come first:
+    bwd(*nondiff, residuals, g). Called outside a differentiated trace the function itself
+    runs; differentiated, its result is the function's and fwd runs when the backward needs
+    the residuals. As in JAX the rule serves reverse mode only (bwd need not be linear in g):
+    grad, vjp, jacobian, hessian and hvp work, jvp is refused. The rules may not close over
+    arrays traced outside them: pass those as arguments or residuals.
     """
 
     kind = "custom_vjp"
@@ -194,18 +213,18 @@ class custom_vjp(_Custom):  # noqa: N801 (named as JAX's)
                             f"{_defined(self.fun)} has no rule: call "
                             f"{_name(self.fun)}.defvjp(fwd, bwd) before using it")
 
-    def _traced_call(self, args):
-        leaves, tree, diff = self._split(args)
-        got = self._rule(self.fwd, *args)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise GradError(f"the fwd rule of {_name(self.fun)}{_defined(self.fwd)} must return "
-                            f"(result, residuals), a pair; it returned {type(got).__name__}")
-        y, res = got
-        y_leaves, out_tree, _ = pytree.flatten(y, "result")
-        if tree_has_complex(out_tree):
-            raise GradError(f"adjit.custom_vjp function {_name(self.fun)}{_at(user_where())} "
-                            "returned a complex value: custom rules give real arrays")
-        return self._node("custom_vjp", y_leaves, out_tree, leaves, tree, diff, res)
+    def _split(self, args):
+        got = super()._split(args)
+        leaves, tree, _ = got
+        owner = _leaf_owners(tree)
+        for i, x in enumerate(leaves):
+            if isinstance(x, Tracer) and owner[i] in self.nondiff_argnums:
+                raise GradError(
+                    f"argument {owner[i]} of {_name(self.fun)}{_at(user_where())} is in its "
+                    "nondiff_argnums but holds a traced array: a custom_vjp's nondiff "
+                    "arguments are configuration (a function, a number, a string), as in JAX; "
+                    "pass arrays as regular arguments (bwd may give None as their cotangent)")
+        return got
 
 
 class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
@@ -246,8 +265,12 @@ class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
     def defjvps(self, *rules):
         """One rule per (differentiated) argument: rules[k](t_k, result, *args) -> its part
         of the result's tangent (None: the result does not depend on that argument)."""
+        if self.nondiff_argnums:
+            raise TypeError(f"{_name(self.fun)}: defjvps cannot be used with nondiff_argnums "
+                            "(as in JAX); write one rule with defjvp")
+
         def jvp(primals, tangents):
-            ans = self.fun(*primals)
+            ans = self(*primals)
             out = None
             for rule, t in zip(rules, tangents):
                 if rule is None:
@@ -266,14 +289,6 @@ class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
                             f"{_defined(self.fun)} has no rule: decorate its JVP with "
                             f"@{_name(self.fun)}.defjvp before using it")
 
-    def _traced_call(self, args):
-        leaves, tree, diff = self._split(args)
-        y = self.fun(*args)
-        y_leaves, out_tree, _ = pytree.flatten(y, "result")
-        if tree_has_complex(out_tree):
-            raise GradError(f"adjit.custom_jvp function {_name(self.fun)}{_at(user_where())} "
-                            "returned a complex value: custom rules give real arrays")
-        return self._node("custom_jvp", y_leaves, out_tree, leaves, tree, diff)
 
 
 class _Rule:
@@ -281,17 +296,14 @@ class _Rule:
     node's (replayed) argument values."""
 
     def __init__(self, owner, out_tree, metas, floats, n_out, arg_leaves, arg_tree, traced,
-                 diff, res_leaves, res_tree, res_traced):
+                 diff):
         self.owner = owner
         self.out_tree, self.metas, self.floats, self.n_out = out_tree, metas, floats, n_out
-        self.out_zeros = []     # the non-float results: rebuilt as constants for the rules
         self.arg_tree, self.traced, self.diff = arg_tree, traced, diff
         # constants stay in place; traced leaves are filled from the node's arguments
         self.arg_leaves = [None if isinstance(x, Tracer) else x for x in arg_leaves]
         self.arg_meta = [(x.shape, x.dtype) if isinstance(x, Tracer) else None
                          for x in arg_leaves]
-        self.res_tree, self.res_traced = res_tree, res_traced
-        self.res_leaves = [None if isinstance(x, Tracer) else x for x in res_leaves]
         self.dtype = np.result_type(*[d for _, d in metas])
 
     @property
@@ -317,14 +329,8 @@ class _Rule:
             at += n
         return out
 
-    @property
-    def packed_shape(self):
-        if len(self.metas) == 1:
-            return self.metas[0][0]
-        return (sum(int(np.prod(s)) for s, _ in self.metas),)
-
     def result_tree(self, floats_values):
-        """The result's structure holding floats_values; zeros for the integer results."""
+        """The result's structure holding floats_values; None for the integer results."""
         leaves = [None] * self.n_out
         for i, v in zip(self.floats, floats_values):
             leaves[i] = v
@@ -332,39 +338,41 @@ class _Rule:
 
     # -- rebuilding the rules' arguments ---------------------------------------------------
     def args(self, values):
+        """The call's arguments (a tuple), its traced leaves replaced by `values`."""
         leaves = list(self.arg_leaves)
         for i, v in zip(self.traced, values):
             leaves[i] = v
         return pytree.unflatten(self.arg_tree, leaves)
 
-    def res(self, values):
-        if self.res_tree is None:
-            return None
-        leaves = list(self.res_leaves)
-        for i, v in zip(self.res_traced, values):
-            leaves[i] = v
-        return pytree.unflatten(self.res_tree, leaves)
-
-    def split_args(self, xs):
-        n = len(self.traced)
-        return xs[:n], xs[n:]
-
     def _nondiff_and_rest(self, full):
-        """(the nondiff arguments, the others) of the rebuilt argument tuple."""
+        """(the nondiff arguments, the others) of an argument tuple."""
         nd = self.owner.nondiff_argnums
         return ([full[k] for k in nd], tuple(a for k, a in enumerate(full) if k not in nd))
 
     def _call(self, what, fn, *args):
+        """The user's rule: what it emits keeps the role of the derivative being built (its
+        comment says "vjp of custom_vjp") with the rule's own lines, so an error inside it
+        names the rule's line, not the call of the function."""
+        ctx = current()
+        outer = user_where()
+        start = ctx.graph._next
         try:
-            return self.owner._rule(fn, *args)
+            with where_override(None):
+                out = fn(*args)
         except TraceError as e:
             if "already finished" not in str(e) and "escaped" not in str(e):
                 raise
-            raise TraceError(f"the {what} rule of {_name(self.owner.fun)}{_defined(fn)} uses "
-                             "an array traced outside it (a closure over a value of the "
-                             f"function that calls {_name(self.owner.fun)}): pass it as an "
-                             "argument of the custom function (and, for a VJP, return it "
-                             "among the residuals)") from None
+            raise TraceError(f"the {what} rule of {self.name}{_defined(fn)} uses an array "
+                             "traced outside it (a closure over a value of the function that "
+                             f"calls {self.name}): pass it as an argument of the custom "
+                             "function (and, for a VJP, return it among the residuals)") from None
+        role = outer.role if outer is not None and outer.role else ""
+        if role:
+            g = ctx.graph
+            for n in range(start, g._next):
+                if n in g and g[n]["where"] is not None and not g[n]["where"].role:
+                    g[n]["where"] = g[n]["where"].with_role(role)
+        return out
 
     # -- the cotangents of the differentiated arguments from per-argument trees ----------
     def _leaf_cotangents(self, cts, what):
@@ -372,35 +380,29 @@ class _Rule:
         traced leaf that gets one (None: zero)."""
         nd = self.owner.nondiff_argnums
         kept = [k for k in range(len(self.arg_tree[2])) if k not in nd]
-        fname = _name(self.owner.fun)
         if not isinstance(cts, (tuple, list)) or len(cts) != len(kept):
-            raise GradError(f"the {what} rule of {fname} must return a tuple with one cotangent "
-                            f"per argument ({len(kept)}: {'(g,)' if len(kept) == 1 else ''} "
-                            f"None for an argument without one); it returned "
-                            f"{type(cts).__name__}"
-                            + (f" of length {len(cts)}" if isinstance(cts, (tuple, list))
-                               else ""))
-        per_leaf = []
+            example = "(g_x,)" if len(kept) == 1 else "(g_x, g_y)" if len(kept) == 2 else \
+                "(g_x, g_y, ...)"
+            got = type(cts).__name__ + (f" of length {len(cts)}"
+                                        if isinstance(cts, (tuple, list)) else "")
+            raise GradError(f"the {what} rule of {self.name}{_defined(self.owner.bwd)} must "
+                            f"return a tuple with one cotangent per argument ({len(kept)} of "
+                            f"them, {example}; None for an argument without one); it returned "
+                            f"{got}")
+        per_arg = {}
         for k, ct in zip(kept, cts):
             sub = self.arg_tree[2][k]
-            n = pytree.num_leaves(sub)
             if ct is None:
-                per_leaf += [None] * n
+                per_arg[k] = [None] * pytree.num_leaves(sub)
                 continue
             try:
-                got = pytree.flatten_like(ct, sub, f"the cotangent of argument {k}")
+                per_arg[k] = list(pytree.flatten_like(ct, sub, f"the cotangent of argument {k}"))
             except (GradError, ValueError, TypeError) as e:
-                raise GradError(f"the {what} rule of {fname}: the cotangent for argument {k} "
-                                f"does not have that argument's structure: {e}") from None
-            per_leaf += list(got)
-        full = [None] * len(self.arg_leaves)
-        at = 0
+                raise GradError(f"the {what} rule of {self.name}: the cotangent for argument "
+                                f"{k} does not have that argument's structure: {e}") from None
+        full = []
         for k in range(len(self.arg_tree[2])):
-            n = pytree.num_leaves(self.arg_tree[2][k])
-            if k not in nd:
-                full[at:at + n] = per_leaf[:n]
-                per_leaf = per_leaf[n:]
-            at += n
+            full += per_arg.get(k, [None] * pytree.num_leaves(self.arg_tree[2][k]))
         out = []
         for i, d in zip(self.traced, self.diff):
             c = full[i]
@@ -410,108 +412,99 @@ class _Rule:
             shape, dtype = self.arg_meta[i]
             c = _as_tracer(c)
             if tuple(c.shape) != tuple(shape):
-                raise GradError(f"the {what} rule of {fname} gave a cotangent of shape "
+                raise GradError(f"the {what} rule of {self.name} gave a cotangent of shape "
                                 f"{tuple(c.shape)} for an argument of shape {tuple(shape)}; "
                                 "each cotangent has its argument's shape")
             out.append(F.cast(c, dtype))
         return out
 
-    # -- custom_vjp ------------------------------------------------------------------------
+    # -- the node's derivative rules (ir/ops.py) ------------------------------------------
     def vjp(self, g, xs):
-        """Cotangents of the node's arguments [y, *traced args, *residuals]."""
-        xa, xr = self.split_args(xs)
-        nd, _ = self._nondiff_and_rest(self.args(xa))
-        if self.owner.kind == "custom_vjp":
-            gt = self.result_tree(self.unpack(g))
-            cts = self._call("bwd", self.owner.bwd, *nd, self.res(xr), gt)
-            return [None] + self._leaf_cotangents(cts, "bwd") + [None] * len(xr)
-        # custom_jvp: J^T g = d/dt <jvp(primals, t), g> at t = 0
-        return [None] + self._transpose_jvp(g, xa) + [None] * len(xr)
+        """Cotangents of the node's arguments [y, *traced leaves of the arguments]."""
+        if self.owner.kind == "custom_jvp":
+            # J^T g = d/dt <jvp(primals, t), g> at t = 0
+            return [None] + self._transpose_jvp(g, xs)
+        full = self.args(xs)
+        nd, rest = self._nondiff_and_rest(full)
+        got = self._call("fwd", self.owner.fwd, *full)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradError(f"the fwd rule of {self.name}{_defined(self.owner.fwd)} must return "
+                            f"(result, residuals), a pair; it returned {type(got).__name__}")
+        cts = self._call("bwd", self.owner.bwd, *nd, got[1], self.result_tree(self.unpack(g)))
+        return [None] + self._leaf_cotangents(cts, "bwd")
 
     def jvp(self, ts, xs):
-        """The tangent of the node's result from its arguments' tangents (ts[0], y's, is
-        not used: the rule's is)."""
-        xa, xr = self.split_args(xs)
-        ta = self.split_args(list(ts[1:]))[0]
-        if self.owner.kind == "custom_jvp":
-            return self._jvp(xa, ta)
-        # custom_vjp: J t = d/dg <bwd(res, g), t>
-        live = [(i, t) for i, (t, d) in enumerate(zip(ta, self.diff)) if d and t is not None]
-        if not live:
-            return None
-        from .api import grad
-        nd, _ = self._nondiff_and_rest(self.args(xa))
-        res = self.res(xr)
+        """The tangent of the node's result from its arguments' tangents (ts[0], that of the
+        function's own result, is not used: the rule's is)."""
+        if self.owner.kind == "custom_vjp":
+            raise GradError(
+                f"forward-mode differentiation (jvp, hvp, a Jacobian by columns) of "
+                f"{self.name}{_defined(self.owner.fun)}, an adjit.custom_vjp function: its "
+                "rule is a VJP, which need not be linear in the cotangent (clip_gradient), so "
+                "as in JAX it serves reverse mode only (adjit.grad, vjp, jacobian and hessian "
+                "use reverse mode for it); give it an adjit.custom_jvp rule for forward mode")
+        return self._jvp(xs, list(ts[1:]))
 
-        def inner(gp):
-            cts = self._call("bwd", self.owner.bwd, *nd, res, self.result_tree(self.unpack(gp)))
-            cs = self._leaf_cotangents(cts, "bwd")
-            total = None
-            for i, t in live:
-                if cs[i] is None:
-                    continue
-                part = F.sum(F.mul(cs[i], t))
-                total = part if total is None else F.add(total, part)
-            return total if total is not None else F.sum(F.mul(gp, 0.0))
-        return grad(inner)(F.zeros(self.packed_shape, self.dtype))
-
-    def _tangent_args(self, xa, ta):
-        """(primals, tangents) tuples for the user's jvp: zeros for leaves without one."""
-        primals = self.args(xa)
+    def _tangent_args(self, xs, ts):
+        """(nondiff arguments, primals, tangents) for the user's jvp: a tangent of zeros for
+        a numeric leaf without one, None for a non-numeric one (a function, a string)."""
+        primals = self.args(xs)
         tl = [None] * len(self.arg_leaves)
-        for i, t in zip(self.traced, ta):
+        for i, t in zip(self.traced, ts):
             tl[i] = t
         leaves = []
-        for k, (x, t) in enumerate(zip(pytree.flatten(tuple(primals), "args")[0], tl)):
-            if t is None:
-                shape = getattr(x, "shape", np.shape(x))
-                dt = getattr(x, "dtype", np.result_type(x))
-                t = F.zeros(shape, dt if np.dtype(dt).kind == "f" else np.float64)
+        for x, t in zip(pytree.flatten(tuple(primals), "args")[0], tl):
+            if t is None and (isinstance(x, (Tracer, np.ndarray, np.generic, int, float)) and
+                              not isinstance(x, bool) or isinstance(x, np.bool_)):
+                dt = np.dtype(getattr(x, "dtype", np.result_type(type(x))))
+                t = F.zeros(np.shape(x) if not isinstance(x, Tracer) else x.shape,
+                            dt if dt.kind == "f" else np.float64)
             leaves.append(t)
         tangents = pytree.unflatten(self.arg_tree, leaves)
         nd, p = self._nondiff_and_rest(primals)
         _, t = self._nondiff_and_rest(tangents)
         return nd, p, t
 
-    def _jvp(self, xa, ta):
-        nd, p, t = self._tangent_args(xa, ta)
+    def _jvp(self, xs, ts):
+        nd, p, t = self._tangent_args(xs, ts)
         got = self._call("jvp", self.owner.jvp, *nd, p, t)
-        fname = _name(self.owner.fun)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise GradError(f"the jvp rule of {fname}{_defined(self.owner.jvp)} must return "
+            raise GradError(f"the jvp rule of {self.name}{_defined(self.owner.jvp)} must return "
                             "(result, tangent of the result), a pair")
-        tout = got[1]
         try:
-            leaves = pytree.flatten_like(tout, self.out_tree, "the tangent of the result")
+            leaves = pytree.flatten_like(got[1], self.out_tree, "the tangent of the result")
         except (GradError, ValueError, TypeError) as e:
-            raise GradError(f"the jvp rule of {fname}: the tangent of the result does not have "
-                            f"the result's structure: {e}") from None
-        ts = []
+            raise GradError(f"the jvp rule of {self.name}: the tangent of the result does not "
+                            f"have the result's structure: {e}") from None
+        out = []
         for i, (shape, dtype) in zip(self.floats, self.metas):
             t_i = leaves[i]
             t_i = F.zeros(shape, dtype) if t_i is None else _as_tracer(t_i)
+            try:
+                fits = np.broadcast_shapes(tuple(t_i.shape), tuple(shape)) == tuple(shape)
+            except ValueError:
+                fits = False
+            if not fits:
+                raise GradError(f"the jvp rule of {self.name} gave a tangent of shape "
+                                f"{tuple(t_i.shape)} for a result of shape {tuple(shape)}; a "
+                                "tangent has its result's shape")
             if tuple(t_i.shape) != tuple(shape):
-                t_i = F.broadcast_to(t_i, shape) if np.broadcast_shapes(
-                    tuple(t_i.shape), tuple(shape)) == tuple(shape) else t_i
-            if tuple(t_i.shape) != tuple(shape):
-                raise GradError(f"the jvp rule of {fname} gave a tangent of shape "
-                                f"{tuple(t_i.shape)} for a result of shape {tuple(shape)}")
-            ts.append(F.cast(t_i, dtype))
-        return self.pack(ts)
+                t_i = F.broadcast_to(t_i, shape)
+            out.append(F.cast(t_i, dtype))
+        return self.pack(out)
 
-    def _transpose_jvp(self, g, xa):
+    def _transpose_jvp(self, g, xs):
         from .api import grad
         want = [i for i, d in enumerate(self.diff) if d]
         if not want:
             return [None] * len(self.traced)
-        zeros = [F.zeros(self.arg_meta[self.traced[i]][0], self.arg_meta[self.traced[i]][1])
-                 for i in want]
+        zeros = [F.zeros(*self.arg_meta[self.traced[i]]) for i in want]
 
         def inner(tw):
-            ta = [None] * len(self.traced)
+            ts = [None] * len(self.traced)
             for i, t in zip(want, tw):
-                ta[i] = t
-            return F.sum(F.mul(self._jvp(xa, ta), g))
+                ts[i] = t
+            return F.sum(F.mul(self._jvp(xs, ts), g))
         got = grad(inner)(zeros)
         out = [None] * len(self.traced)
         for i, c in zip(want, got):

@@ -1497,8 +1497,8 @@ for _name in ("custom_vjp", "custom_jvp"):
     _register(OpDef(
         _name, None, "custom", lambda shapes, a: shapes[0], first_dtype,
         lambda y, *rest, rule: y,
-        lambda g, out, *xs, rule: rule.vjp(g, list(xs[1:])),
-        lambda ts, out, *xs, rule: rule.jvp(ts, list(xs[1:])), None,
+        lambda g, out, y, *xs, rule: rule.vjp(g, list(xs)),
+        lambda ts, out, y, *xs, rule: rule.jvp(ts, list(xs)), None,
         identity=lambda consts: 0, show=lambda a: _safe_name(a["rule"].name),
         doc="a function with the user's derivative rule (adjit.custom_vjp / custom_jvp)"))
 
