@@ -5,6 +5,7 @@ identifier) or `comment` (a line with control characters escaped, after a '#').
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import keyword
 import linecache
@@ -15,7 +16,8 @@ import numpy as np
 
 from ..ir.printer import safe_text
 
-RESERVED = {"np", "math", "numba", "cupy", "cp", "prange", "None", "True", "False"}
+# names the generated code reads: a user's argument called `float` or `range` is renamed
+RESERVED = {"np", "math", "numba", "cupy", "cp", "prange"} | set(dir(builtins))
 
 
 def ident(raw, fallback="a") -> str:
@@ -47,6 +49,8 @@ class Names:
             base = ident(g[i]["name"] or f"in{i}")
             if re.fullmatch(r"(.*_)?v\d+", base) or base in used:
                 base = f"{base}_in{i}"
+                while base in used:    # f(x_in2, x, x_): x_ is x, and x_in2 is taken
+                    base += "_"
             used.add(base)
             self.names[i] = base
 
@@ -84,7 +88,7 @@ def literal(value, dtype) -> str:
     if dt.kind == "f":
         r = repr(float(v))
         if r in ("inf", "-inf", "nan"):
-            r = f"float({r!r})"
+            r = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}[r]
         return f"np.{dt.name}({r})"
     if dt.kind in "iu":
         return f"np.{dt.name}({int(v)})"

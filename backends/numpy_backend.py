@@ -139,6 +139,8 @@ class Codegen:
             if n in elided or n in pieces:
                 self.expr[n] = self.arg(d["args"][0])
                 continue
+            if self.inlined_transpose(n):
+                continue
             role = d["where"].role if d["where"] is not None else ""
             if not in_backward and _has_backward(g, n):
                 # before the first backward work, also when a fused group holds the forward's
@@ -166,6 +168,23 @@ class Codegen:
         lines += ["    " + b if b else "" for b in body]
         lines.append("    return (" + "".join(o + ", " for o in outs).rstrip(" ") + ")")
         return "\n".join(lines) + "\n", self.namespace
+
+    def inlined_transpose(self, n):
+        """A 2-d transpose read by one matrix product only is written into it (`g.T @ X`),
+        as one reads the formula, not as a statement of its own: a view either way."""
+        g = self.g
+        d = g[n]
+        if d["op"] != "transpose" or len(d["shape"]) != 2 or n in g.outputs \
+                or n in self.in_place or tuple(d["attrs"]["perm"]) != (1, 0):
+            return False
+        users = g.users(n)
+        if len(users) != 1 or g[users[0]]["op"] != "matmul" or len(set(g.args(users[0]))) != 2:
+            return False
+        x = self.arg(d["args"][0])
+        if not x.isidentifier():
+            return False
+        self.expr[n] = f"{x}.T"
+        return True
 
     def donation_check(self):
         """Lines deciding once per call whether results may go into donated arguments."""

@@ -18,7 +18,7 @@ import numpy as np
 from ..ir.errors import GradError, OptionError, ShapeError
 from . import functions as F
 from . import pytree
-from .trace import _fortran, check_differentiable, leaf_spec, replay, trace
+from .trace import _fortran, _layout, check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
 _DEBUG = os.environ.get("DEBUG", "0") or "0"
@@ -34,18 +34,22 @@ def _has_tracer(args):
 
 def _leaf_key(x):
     if type(x) is np.ndarray:
-        if x.ndim > 1 and not x.flags.c_contiguous and x.flags.f_contiguous:
-            return (x.shape, x.dtype.str, "F")  # traced with its order (ravel('A'))
+        if not x.flags.c_contiguous:
+            # traced with its layout: ravel('A') / ravel('K') read it in its order, and
+            # np.ascontiguousarray copies it
+            return (x.shape, x.dtype.str, _layout(x), _fortran(x))
         return (x.shape, x.dtype.str)
     if isinstance(x, Tracer):
         return (x.shape, x.dtype.str)
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return ("weak", type(x).__name__)
     if hasattr(x, "__cuda_array_interface__"):                  # CuPy arrays
-        if _fortran(x):
-            return (tuple(x.shape), np.dtype(x.dtype).str, "F")
+        if not x.flags.c_contiguous:
+            return (tuple(x.shape), np.dtype(x.dtype).str, _layout(x), _fortran(x))
         return (tuple(x.shape), np.dtype(x.dtype).str)
     a = np.asarray(x)      # also a torch tensor, whose dtype is not NumPy's
+    if not a.flags.c_contiguous:        # an np.memmap or other subclass: as an ndarray
+        return (a.shape, a.dtype.str, _layout(a), _fortran(a))
     return (a.shape, a.dtype.str)
 
 
@@ -367,7 +371,7 @@ def _check_options(fn, fuse, options):
     if cg is not None and not isinstance(cg, (bool, np.bool_)):
         raise OptionError(f"cuda_graph must be True, False or None, got {cg!r}")
     d = options.get("donate_argnums", ())
-    nums = d if isinstance(d, (tuple, list)) else (d,)
+    nums = () if d is None else d if isinstance(d, (tuple, list)) else (d,)   # None: JAX's
     if any(not isinstance(k, (int, np.integer)) or isinstance(k, bool) for k in nums):
         raise OptionError(f"donate_argnums must be an int or a tuple of ints (argument "
                           f"positions), got {d!r}")

@@ -266,14 +266,26 @@ def _f_contiguous(t) -> bool:
     """Is t laid out in Fortran order (K.T of a C-ordered K): np.asfortranarray returns it
     itself, a view of what it views."""
     if t.base is None:
-        return sum(1 for d in t.shape if d > 1) <= 1
+        return sum(1 for d in t.shape if d > 1) <= 1 or _input_layout(t) == "F"
     return bool(t.layout_probe().flags.f_contiguous)
 
 
+def _input_layout(t):
+    """The layout of the argument array t stands for: "F" (Fortran-contiguous), "strided"
+    (contiguous in neither order: x[:, ::2] passed in), or None (C-contiguous, or not an
+    argument)."""
+    d = t.ctx.graph[t.id]
+    return d["attrs"].get("layout") if d["op"] == "input" else None
+
+
 def _strided(t, order="C"):
-    """Is t a view of another array that is not contiguous in `order` (z.T, x[:, ::2])?"""
-    if not isinstance(t, Tracer) or t.base is None:
+    """Is t a view of another array that is not contiguous in `order` (z.T, x[:, ::2]), or an
+    argument laid out so?"""
+    if not isinstance(t, Tracer):
         return False
+    if t.base is None:
+        layout = _input_layout(t)
+        return layout == "strided" or (layout == "F" and order == "C")
     flags = t.layout_probe().flags
     return not (flags.f_contiguous if order == "F" else flags.c_contiguous)
 

@@ -32,6 +32,8 @@ def _flatten(t, path, leaves, paths, nested=False):
         children = tuple(_flatten(t[k], f"{path}[{k!r}]", leaves, paths, True) for k in keys)
         if isinstance(t, collections.OrderedDict):   # rebuilt as one, as JAX does
             return ("dict", keys, children, collections.OrderedDict)
+        if isinstance(t, collections.defaultdict):   # with its default factory, as JAX does
+            return ("dict", keys, children, _DefaultDict(t.default_factory))
         return ("dict", keys, children)
     if isinstance(t, tuple) and hasattr(t, "_fields"):
         return ("namedtuple", type(t), tuple(_flatten(v, f"{path}.{f}", leaves, paths, True)
@@ -75,6 +77,26 @@ def _flatten(t, path, leaves, paths, nested=False):
     leaves.append(t)
     paths.append(path)
     return LEAF
+
+
+class _DefaultDict:
+    """Rebuilds a collections.defaultdict with its factory; equal for equal factories (a
+    treedef is part of a compiled program's cache key)."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __call__(self, d):
+        return collections.defaultdict(self.factory, d)
+
+    def __eq__(self, other):
+        return isinstance(other, _DefaultDict) and other.factory == self.factory
+
+    def __hash__(self):
+        return hash(("defaultdict", self.factory))
+
+    def __repr__(self):
+        return f"defaultdict({getattr(self.factory, '__name__', self.factory)})"
 
 
 def typed_key(v):

@@ -5,6 +5,7 @@ after the parameters and pytree paths) and whose outputs are the leaves of fn's 
 """
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
@@ -146,6 +147,12 @@ def leaf_spec(leaf, what):
                 hint += (" For a compiled method, static_argnums=0 makes the instance static: "
                          "the arrays it holds are read at the first call, so pass parameters "
                          "that change (trained weights) as arguments.")
+        if a.dtype == object and a.ndim > 0 and _numeric_objects(a):
+            hint = (" Its elements are numbers (an array of Python objects, as mixed-type "
+                    "loading makes): convert it with np.asarray(x, dtype=np.float64) or "
+                    "x.astype(float) before the call.")
+            raise TraceError(f"argument {what} has dtype object; adjit traces numeric arrays "
+                             f"only.{hint}")
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
                          f"only (pass other values as static arguments: static_argnums=...).{hint}")
     if a.dtype.kind == "c":  # pytree.py splits complex arrays; another complex object is not
@@ -229,6 +236,10 @@ def _trace(fn, args, static_argnums, differentiated):
                     ctx.graph[t.id]["attrs"]["weak"] = True
                 if _fortran(leaf):
                     ctx.graph[t.id]["attrs"]["fortran"] = True   # ravel('A') would read it so
+                layout = _layout(leaf)
+                if layout is not None:
+                    # np.ascontiguousarray copies it, np.asfortranarray of an F one does not
+                    ctx.graph[t.id]["attrs"]["layout"] = layout
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
@@ -298,8 +309,30 @@ def _fortran(x) -> bool:
         from .numpy_api import _transposed_upstream
         return len(x.shape) > 1 and _transposed_upstream(x)
     flags = getattr(x, "flags", None)
-    return (getattr(x, "ndim", 0) > 1 and flags is not None and flags.f_contiguous
-            and not flags.c_contiguous)
+    if getattr(x, "ndim", 0) < 2 or flags is None or flags.c_contiguous:
+        return False
+    if flags.f_contiguous:
+        return True
+    # contiguous in neither order: an order='K' ravel reads its axes by decreasing stride, so
+    # one whose strides do not decrease (every other column of a Fortran array, permuted
+    # axes) is read in another order than C's
+    strides = [abs(s) for s, d in zip(x.strides, x.shape) if d > 1]
+    return any(a < b for a, b in zip(strides, strides[1:]))
+
+
+def _numeric_objects(a) -> bool:
+    """Does an object array hold only numbers (a float array loaded as objects)?"""
+    import numbers
+    return all(isinstance(v, numbers.Number) for v in a.flat[:1000])
+
+
+def _layout(x):
+    """"F" for a Fortran-contiguous argument (not C-contiguous), "strided" for one contiguous
+    in neither order, None for a C-contiguous one (or a scalar)."""
+    flags = getattr(x, "flags", None)
+    if flags is None or getattr(x, "ndim", 0) < 1 or flags.c_contiguous:
+        return None
+    return "F" if flags.f_contiguous else "strided"
 
 
 def _containers(args, names):
@@ -617,9 +650,26 @@ def name_assignments(g):
             continue
         last[(w.file, w.line)] = n
     for (file, line), n in last.items():
-        m = _ASSIGN.match(Where(file, line).text)
-        if m and m.group(1) != "_":
-            g[n]["name"] = m.group(1)
+        name = _assigned_name(Where(file, line).text)
+        if name is not None:
+            g[n]["name"] = name
+
+
+@functools.lru_cache(maxsize=4096)
+def _assigned_name(text):
+    """`h` for a line that is one statement `h = ...` (or `h: T = ...`); None for a line of
+    several statements (`e = np.exp(c); f = e * 2`: its last value is f, not e), for a part
+    of a statement over several lines, and for other statements."""
+    m = _ASSIGN.match(text)
+    if not m or m.group(1) == "_":
+        return None
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return None
+    if len(body) != 1 or not isinstance(body[0], (ast.Assign, ast.AnnAssign)):
+        return None
+    return m.group(1)
 
 
 def _is_weak(t):

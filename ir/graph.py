@@ -27,7 +27,9 @@ class Where:
 
     @property
     def short(self) -> str:
-        return f"{self.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.line}"
+        """file.py:12 (the file's base name made safe for a comment: a name may hold a newline)."""
+        from .printer import safe_text
+        return safe_text(f"{self.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.line}")
 
     @property
     def text(self) -> str:

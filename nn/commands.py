@@ -500,6 +500,15 @@ def _lowered(args, fn, call_args, names, options):
             prog = value_and_grad(fn, argnum, **options).lower(*call_args)
             return prog, f"value_and_grad of {fn.__name__} with respect to {names[argnum]}"
         except GradError as e:
+            if "has_aux=True" in str(e):
+                # the function returns (loss, aux), as a has_aux loss does: its gradient
+                # program with the aux values carried along
+                try:
+                    prog = value_and_grad(fn, argnum, has_aux=True, **options).lower(*call_args)
+                    return prog, (f"value_and_grad (has_aux: the first result is the loss) of "
+                                  f"{fn.__name__} with respect to {names[argnum]}")
+                except GradError:
+                    pass
             if args.wrt is not None:   # asked for by name: not a silent fallback
                 raise ValueError(f"--wrt {args.wrt}: {e}") from None
             print(f"note: no gradient program ({e}); showing {fn.__name__} itself",

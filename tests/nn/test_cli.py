@@ -244,6 +244,18 @@ def test_inspect_wrt_a_label_is_an_error_not_a_fallback(capsys, tmp_path):
     assert code == 1 and "--wrt y: " in err and "int64" in err and out == ""
 
 
+def test_inspect_a_loss_with_aux_values_shows_its_gradient(capsys, tmp_path):
+    """A function returning (loss, aux) gets the has_aux gradient program (the CLI has no
+    has_aux option, and the note used to tell the user to pass one)."""
+    f = tmp_path / "aux.py"
+    f.write_text("import numpy as np\n\ndef loss(w, x):\n    z = x @ w\n"
+                 "    return np.sum(z ** 2), {'z': z}\n")
+    code, out, err = run(capsys, "inspect", f"{f}:loss", "--arg", "w=float64[3]",
+                         "--arg", "x=float64[4,3]", "--backend", "numpy", "--show", "code")
+    assert code == 0, err
+    assert "value_and_grad (has_aux" in out and "# backward" in out and err == ""
+
+
 @pytest.mark.parametrize("argv, status, message", [
     (["--depth", "4", "--width", "0"], 2, "argument --width"),
     (["--depth", "4", "--batch", "-1"], 2, "argument --batch"),
