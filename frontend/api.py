@@ -220,7 +220,8 @@ class Compiled:
             owner, args = self._keywords(args, kwargs)
             if owner is not self:
                 return owner.trace(*args)
-        return trace(self._traced_named(), *args, static_argnums=self.static_argnums)
+        return trace(self._traced_named(), *args, static_argnums=self.static_argnums,
+                     differentiated=getattr(self, "_differentiated", False))
 
     def lower(self, *args, **kwargs):
         """The Program (source, IR, memory estimate) for these arguments."""
@@ -728,7 +729,7 @@ def vjp(fn, *primals, has_aux=False, **compile_options):
         raise OptionError("adjit.vjp does not take donate_argnums: its pullback reads the "
                           "primals again, so their buffers cannot receive the results; donate "
                           "in a compiled step instead (adjit.compile(step, donate_argnums=...))")
-    out = _cached("compile", fn, lambda: Compiled(fn, **compile_options),
+    out = _cached("vjp_primal", fn, lambda: _primal_program(fn, compile_options),
                   compile_options)(*primals)
     if has_aux:
         _aux_pair(out, fn, "vjp")
@@ -804,6 +805,14 @@ def jvp(fn, primals, tangents, **compile_options):
 
     _check_integer_tangents(primals, tangents)
     return _cached("jvp", fn, make, compile_options)(tuple(primals), tuple(tangents))
+
+
+def _primal_program(fn, compile_options):
+    """fn compiled as the primal of a derivative: traced as differentiated, so a custom
+    rule's function takes the rule's primal value (as in value_and_grad and JAX's vjp)."""
+    c = Compiled(fn, **compile_options)
+    c._differentiated = True
+    return c
 
 
 def _check_integer_tangents(primals, tangents):

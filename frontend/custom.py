@@ -52,6 +52,7 @@ class _Custom:
             raise TypeError(f"adjit.{self.kind}: nondiff_argnums must be non-negative ints "
                             f"(argument positions), got {nondiff_argnums!r}")
         self.fun = fun
+        self._inside = 0      # > 0 while one of its rules runs (see _traced_call)
         try:
             self._signature = inspect.signature(fun)
         except (TypeError, ValueError):    # a builtin without one: arguments as given
@@ -78,6 +79,15 @@ class _Custom:
             return self.fun(*args)
         return self._traced_call(args)
 
+    def _rule(self, fn, *args):
+        """fn(*args), a rule of this function: calls of the function inside it are nodes
+        valued by the function itself (see _traced_call)."""
+        self._inside += 1
+        try:
+            return fn(*args)
+        finally:
+            self._inside -= 1
+
     def _bind(self, args, kwargs):
         """The arguments by position, defaults filled in (as JAX's rules receive them)."""
         sig = self._signature
@@ -102,8 +112,13 @@ class _Custom:
         raise NotImplementedError
 
     def _traced_call(self, args):
+        """The node. Its value is the rule's primal result, as JAX's (fwd's, or the jvp
+        rule's at zero tangents: a stable formula there gives a finite value where the
+        function overflows); a call of the function from inside one of its rules (fwd
+        returning f(x), a jvp rule's `ans = f(x)`) is a node whose value is the function's,
+        which later differentiation takes through the rules again."""
         leaves, tree, diff = self._split(args)
-        y = self.fun(*args)
+        y = self.fun(*args) if self._inside else self._primal(args)
         y_leaves, out_tree, _ = pytree.flatten(y, "result")
         if tree_has_complex(out_tree):
             raise GradError(f"adjit.{self.kind} function {_name(self.fun)}{_at(user_where())} "
@@ -163,6 +178,19 @@ def _is_float(y):
     return np.dtype(getattr(y, "dtype", np.result_type(y))).kind == "f"
 
 
+def _zero_tangent(x):
+    """Zeros shaped like a numeric leaf (float zeros for integers, as JAX's float0 stands
+    for); None for a non-numeric one (a function, a string)."""
+    if isinstance(x, Buffer):
+        x = resolve(x)
+    if isinstance(x, Tracer):
+        return F.zeros(x.shape, x.dtype if x.dtype.kind == "f" else np.float64)
+    if isinstance(x, (np.ndarray, np.generic, int, float)):
+        dt = np.asarray(x).dtype
+        return F.zeros(np.shape(x), dt if dt.kind == "f" else np.float64)
+    return None
+
+
 def _as_tracer(y):
     if isinstance(y, Tracer):
         return y
@@ -212,6 +240,13 @@ class custom_vjp(_Custom):  # noqa: N801 (named as JAX's)
             raise GradError(f"adjit.custom_vjp function {_name(self.fun)}"
                             f"{_defined(self.fun)} has no rule: call "
                             f"{_name(self.fun)}.defvjp(fwd, bwd) before using it")
+
+    def _primal(self, args):
+        got = self._rule(self.fwd, *args)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradError(f"the fwd rule of {_name(self.fun)}{_defined(self.fwd)} must return "
+                            f"(result, residuals), a pair; it returned {type(got).__name__}")
+        return got[0]
 
     def _split(self, args):
         got = super()._split(args)
@@ -282,6 +317,17 @@ class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
             return ans, out
         self.jvp = jvp
         return jvp
+
+    def _primal(self, args):
+        nd = [args[k] for k in self.nondiff_argnums]
+        primals = tuple(a for k, a in enumerate(args) if k not in self.nondiff_argnums)
+        leaves, tree, _ = pytree.flatten(primals, "args")
+        tangents = pytree.unflatten(tree, [_zero_tangent(x) for x in leaves])
+        got = self._rule(self.jvp, *nd, primals, tangents)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradError(f"the jvp rule of {_name(self.fun)}{_defined(self.jvp)} must return "
+                            "(result, tangent of the result), a pair")
+        return got[0]
 
     def _check_rules(self):
         if self.jvp is None:
@@ -358,7 +404,7 @@ class _Rule:
         start = ctx.graph._next
         try:
             with where_override(None):
-                out = fn(*args)
+                out = self.owner._rule(fn, *args)
         except TraceError as e:
             if "already finished" not in str(e) and "escaped" not in str(e):
                 raise
@@ -452,14 +498,8 @@ class _Rule:
         tl = [None] * len(self.arg_leaves)
         for i, t in zip(self.traced, ts):
             tl[i] = t
-        leaves = []
-        for x, t in zip(pytree.flatten(tuple(primals), "args")[0], tl):
-            if t is None and (isinstance(x, (Tracer, np.ndarray, np.generic, int, float)) and
-                              not isinstance(x, bool) or isinstance(x, np.bool_)):
-                dt = np.dtype(getattr(x, "dtype", np.result_type(type(x))))
-                t = F.zeros(np.shape(x) if not isinstance(x, Tracer) else x.shape,
-                            dt if dt.kind == "f" else np.float64)
-            leaves.append(t)
+        leaves = [_zero_tangent(x) if t is None else t
+                  for x, t in zip(pytree.flatten(tuple(primals), "args")[0], tl)]
         tangents = pytree.unflatten(self.arg_tree, leaves)
         nd, p = self._nondiff_and_rest(primals)
         _, t = self._nondiff_and_rest(tangents)
@@ -480,16 +520,12 @@ class _Rule:
         for i, (shape, dtype) in zip(self.floats, self.metas):
             t_i = leaves[i]
             t_i = F.zeros(shape, dtype) if t_i is None else _as_tracer(t_i)
-            try:
-                fits = np.broadcast_shapes(tuple(t_i.shape), tuple(shape)) == tuple(shape)
-            except ValueError:
-                fits = False
-            if not fits:
+            if tuple(t_i.shape) != tuple(shape):
+                # not broadcast: a scalar tangent for a vector result is a rule's mistake
+                # (JAX refuses it too), and broadcasting it would be a wrong derivative
                 raise GradError(f"the jvp rule of {self.name} gave a tangent of shape "
                                 f"{tuple(t_i.shape)} for a result of shape {tuple(shape)}; a "
                                 "tangent has its result's shape")
-            if tuple(t_i.shape) != tuple(shape):
-                t_i = F.broadcast_to(t_i, shape)
             out.append(F.cast(t_i, dtype))
         return self.pack(out)
 

@@ -433,3 +433,41 @@ def test_an_error_inside_a_rule_names_the_rules_line():
     with pytest.raises(adjit.TraceError) as e:
         adjit.grad(lambda x: np.sum(f(x)))(X)
     assert "if np.sum(g) > 0" in str(e.value)
+
+
+def test_differentiated_the_value_is_the_rules_primal_as_in_jax():
+    """The function overflows at 1000; its rules compute the primal stably: value_and_grad,
+    jvp, vjp and has_aux give 1000 (JAX's values); a plain compile runs the function."""
+    @adjit.custom_vjp
+    def v(x):
+        return np.log(1.0 + np.exp(x))
+    v.defvjp(lambda x: (np.logaddexp(0.0, x), x), lambda x, g: (g / (1 + np.exp(-x)),))
+
+    @adjit.custom_jvp
+    def j(x):
+        return np.log(1.0 + np.exp(x))
+
+    @j.defjvp
+    def _(p, t):
+        return np.logaddexp(0.0, p[0]), t[0] / (1 + np.exp(-p[0]))
+    x = np.array([1000.0])
+    with np.errstate(over="ignore"):
+        for f in (v, j):
+            value, g = adjit.value_and_grad(lambda x: np.sum(f(x)))(x)
+            assert value == 1000.0 and g[0] == 1.0
+            assert adjit.vjp(f, x)[0][0] == 1000.0
+            assert adjit.grad(lambda x: (np.sum(f(x)), f(x)), has_aux=True)(x)[1][0] == 1000.0
+            assert np.isinf(adjit.compile(f)(x)[0])
+        assert adjit.jvp(j, (x,), (np.ones(1),))[0][0] == 1000.0
+
+
+def test_a_scalar_tangent_for_a_vector_result_is_refused():
+    """Broadcast, it would be a wrong derivative (3 cos x for cos x here); JAX refuses it."""
+    @adjit.custom_jvp
+    def f(x):
+        return np.sin(x)
+
+    @f.defjvp
+    def _(p, t):
+        return f(p[0]), np.sum(np.cos(p[0]) * t[0])
+    _raises(r"tangent of shape \(\) for a result of shape \(3,\)", lambda x: np.sum(f(x)), X)
