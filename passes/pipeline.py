@@ -70,6 +70,8 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         budget = memory_budget
         for _ in range(_REFITS):
             budget -= peaks[-1] - memory_budget
+            if budget <= 0:
+                break       # the excess is the whole budget: it cannot be fitted lower
             try:
                 tries[-1] = _run(simple, [cut_under(budget), fusion, ("schedule", scheduled)],
                                  debug)

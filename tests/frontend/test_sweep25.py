@@ -150,3 +150,19 @@ def test_a_transpose_read_by_one_matrix_product_is_written_into_it(backend):
     ref = adjit.grad(loss, backend="numpy", fuse=False)(params, X, y)
     got = adjit.grad(loss, backend=backend)(params, X, y)
     assert all(np.allclose(got[k], ref[k], rtol=1e-13) for k in params)
+
+
+def test_a_budget_below_the_programs_minimum_names_the_minimum():
+    """A refit after fusion lowered the budget below zero and reported that internal figure
+    ("memory_budget must be a positive ... number of bytes, got -42048")."""
+    rng = np.random.default_rng(3)
+    W, xs = rng.normal(size=(16, 16)) * 0.3, rng.normal(size=(40, 16))
+
+    def rnn(W, xs):
+        h, tot = np.zeros(16), 0.0
+        for t in range(xs.shape[0]):
+            h = np.tanh(W @ h + xs[t])
+            tot = tot + np.sum(h ** 2)
+        return tot
+    with pytest.raises(adjit.BudgetError, match=r"at least memory_budget=\d+"):
+        adjit.grad(rnn, backend="numpy", memory_budget=20000)(W, xs)
