@@ -225,7 +225,8 @@ class Codegen:
                                         f"dtype=np.dtype({dt.str!r}))"]
         rhs = _expression(g, n, [self.arg(a) for a in g.args(n)], self.attrs_tab)
         if n in g.outputs and g[n]["op"] == "broadcast_to":
-            rhs = f"np.array({rhs})"  # a broadcast view is read-only; results must be writable
+            # a broadcast view is read-only; results must be writable
+            rhs = _filled(g, n) or f"np.array({rhs})"
         return [node_comment(g, n), f"{self.names[n]} = {rhs}"]
 
     def emit_group(self, run):
@@ -268,6 +269,21 @@ def op_expression(op, attrs, args, attrs_tab):
     if opdef.kind == "elementwise" and len(args) > 1:
         args = [a if _simple(a) else f"({a})" for a in args]
     return opdef.code.format(*args, **fields)
+
+
+def _filled(g, n):
+    """`np.zeros((4,), dtype=np.float64)` for a result that is a broadcast scalar constant
+    (the gradient of an input the loss does not read), `np.full(...)` for another value."""
+    (a,) = g.args(n)
+    if g[a]["op"] != "const" or np.ndim(g[a]["attrs"]["value"]) != 0:
+        return None
+    v, dt = g[a]["attrs"]["value"], np.dtype(g[n]["dtype"])
+    shape = fmt_attr(tuple(int(d) for d in g[n]["shape"]))
+    if dt.kind not in "biuf":
+        return None
+    if v == 0 and not np.signbit(v):
+        return f"np.zeros({shape}, dtype=np.{dt.name})"
+    return f"np.full({shape}, {literal(v, dt)})"
 
 
 def _simple(a):
