@@ -1045,12 +1045,9 @@ def _make_hvp(fn, argnums, static, compile_options):
                      "hessp(x, p, *args) is lambda x, p, *a: h(x, *a, p))")
           for x, k in zip(v_leaves, wrt)]
         n = len(g.outputs)
-        if _has_op(g, "custom_vjp"):
-            # a custom_vjp serves reverse mode only: H v = H^T v, the VJP of the gradient
-            from ..passes.autodiff import derive_adjoint
-            t = derive_adjoint(g, wrt, seed="inputs")
-        else:
-            t = derive_tangent(g, wrt)
+        # a custom rule's node was differentiated by its rule in the gradient: forward mode
+        # goes through the code the rule ran (fwd and bwd), as JAX's jvp of grad does
+        t = derive_tangent(g, wrt)
         outs, _ = replay(t, _outer_leaves(args, static, g) + vs)
         return pytree.unflatten(g.meta["out_tree"], outs[n:])
     c = Compiled(fn, traced, static_argnums=static, name=f"hvp_{_fn_name(fn)}",

@@ -488,7 +488,9 @@ class _Rule:
                 f"{self.name}{_defined(self.owner.fun)}, an adjit.custom_vjp function: its "
                 "rule is a VJP, which need not be linear in the cotangent (clip_gradient), so "
                 "as in JAX it serves reverse mode only (adjit.grad, vjp, jacobian and hessian "
-                "use reverse mode for it); give it an adjit.custom_jvp rule for forward mode")
+                "use reverse mode for it; for a Hessian-vector product whose rule calls "
+                f"{self.name} itself, adjit.hessian(f)(x) @ v); give it an adjit.custom_jvp "
+                "rule for forward mode")
         return self._jvp(xs, list(ts[1:]))
 
     def _tangent_args(self, xs, ts):

@@ -677,11 +677,15 @@ def _is_weak(t):
     return weak(t)
 
 
-def replay(graph, inputs, role=None, env=None):
+def replay(graph, inputs, role=None, env=None, consume=()):
     """Emit graph's nodes into the current trace with `inputs` for its inputs.
 
     Returns (outputs, env) where env maps graph node ids to the new tracers. With `role`, the
-    new nodes are marked (e.g. "recompute"); otherwise they keep their roles.
+    new nodes are marked (e.g. "recompute"); otherwise they keep their roles. `consume`:
+    custom-rule nodes (frontend/custom.py) that the caller differentiates by their rules
+    here; the new graph reads their primal value instead, so a later derivative goes through
+    the code that computed it (fwd's), as JAX differentiates a rule's primal at an outer
+    level.
     """
     env = dict(env or {})
     assert len(inputs) == len(graph.inputs)
@@ -692,6 +696,9 @@ def replay(graph, inputs, role=None, env=None):
         if n in env:
             continue
         d = graph[n]
+        if n in consume:
+            env[n] = env[custom_primal(graph, n)]
+            continue
         w = d["where"]
         if role is not None and w is not None:
             w = w.with_role(role)
@@ -709,6 +716,16 @@ def replay(graph, inputs, role=None, env=None):
         # a Python-number result of the replayed function (a literal, k + 1 of a static k)
         ctx.weak.add(env[graph.outputs[k]].id)
     return [env[o] for o in graph.outputs], env
+
+
+def custom_primal(graph, n):
+    """The value a custom-rule node n stands for: its first argument, seen through the
+    stop_gradient that keeps the node's own level from differentiating it."""
+    a = graph[n]["args"][0]
+    return graph[a]["args"][0] if graph[a]["op"] == "stop_gradient" else a
+
+
+CUSTOM_OPS = frozenset(("custom_vjp", "custom_jvp"))
 
 
 def check_differentiable(graph, positions, fn_name):

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..frontend import functions as F
-from ..frontend.trace import replay
+from ..frontend.trace import CUSTOM_OPS, custom_primal, replay
 from ..frontend.tracer import TraceContext, Tracer, current, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
@@ -58,13 +58,17 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     # inside another trace (grad of grad, hessian, hvp) this backward will be differentiated
     # itself: its guards must keep how cotangents depend on g where g == 0 (see _guarded)
     nested = current() is not None and current().differentiated
+    diff = outputs if outputs is not None else ([0] if seed == "ones"
+                                                else list(range(len(g.outputs))))
+    diff_ids = [g.outputs[k] for k in diff]
+    wrt_ids = [g.inputs[p] for p in wrt]
+    need = _relevant(g, wrt_ids, diff_ids)
+    # custom-rule nodes differentiated here by their rules: the new graph reads their primal
+    custom = {n for n in need if g[n]["op"] in CUSTOM_OPS}
     ctx = TraceContext()
     with ctx:
         ins = _new_inputs(ctx, g)
-        outs, env = replay(g, ins)
-        diff = outputs if outputs is not None else ([0] if seed == "ones"
-                                                    else list(range(len(g.outputs))))
-        diff_ids = [g.outputs[k] for k in diff]
+        outs, env = replay(g, ins, consume=custom)
         cot, cot_inputs = {}, []
         for k, o in zip(diff, diff_ids):
             d = g[o]
@@ -79,8 +83,6 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
             # the contributions of its uses when the sweep reaches it
             cot.setdefault(o, []).append(c)
         cot = _Cotangents(ctx, cot)
-        wrt_ids = [g.inputs[p] for p in wrt]
-        need = _relevant(g, wrt_ids, diff_ids)
         blow, tests = {}, {}
         for n in reversed(g.nodes()):
             if n not in cot or n not in need or not g.args(n):
@@ -391,6 +393,9 @@ def derive_tangent(g: Graph, wrt) -> Graph:
                 t = rule(ts, env[n], *[env[a] for a in d["args"]], **d["attrs"])
             if t is not None:
                 tans[n] = t
+            if d["op"] in CUSTOM_OPS:
+                # differentiated here by its rule: the new graph reads its primal (replay)
+                env[n] = env[custom_primal(g, n)]
         outs = [env[o] for o in g.outputs]
         touts = [tans[o] if o in tans else F.zeros(env[o].shape, env[o].dtype)
                  for o in g.outputs]
