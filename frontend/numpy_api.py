@@ -252,8 +252,8 @@ def _ravel(a, order="C"):
     """np.ravel: a view of an array contiguous in that order, else a copy (unlike reshape,
     which returns a view of a column z[:, 1] or of z[:, ::2])."""
     r = _reshape(a, -1, order=order)
-    return r.copy_() if _strided(a, order) and isinstance(r, Tracer) and r.base is not None \
-        else r
+    return r.copy_() if _strided(a, order) and isinstance(r, Tracer) and (
+        r.base is not None or r is a) else r
 
 
 def _keeps_layout(flags, order) -> bool:
@@ -262,20 +262,24 @@ def _keeps_layout(flags, order) -> bool:
         order == "F" and flags.f_contiguous)
 
 
+def _fortran_copy(t):
+    """A Fortran-ordered copy of t: the transpose of a C-ordered copy of t's transpose (the
+    same memory layout), so later order='A'/'K' reads and views see Fortran order."""
+    if t.ndim < 2:
+        return t.copy_()
+    return F.transpose(F.transpose(t).copy_())
+
+
+def _c_contiguous(t) -> bool:
+    return not _strided(t, "C")
+
+
 def _f_contiguous(t) -> bool:
     """Is t laid out in Fortran order (K.T of a C-ordered K): np.asfortranarray returns it
     itself, a view of what it views."""
-    if t.base is None:
-        return sum(1 for d in t.shape if d > 1) <= 1 or _input_layout(t) == "F"
+    if t.base is None and getattr(t, "arg_strides", None) is None:
+        return sum(1 for d in t.shape if d > 1) <= 1
     return bool(t.layout_probe().flags.f_contiguous)
-
-
-def _input_layout(t):
-    """The layout of the argument array t stands for: "F" (Fortran-contiguous), "strided"
-    (contiguous in neither order: x[:, ::2] passed in), or None (C-contiguous, or not an
-    argument)."""
-    d = t.ctx.graph[t.id]
-    return d["attrs"].get("layout") if d["op"] == "input" else None
 
 
 def _strided(t, order="C"):
@@ -284,8 +288,10 @@ def _strided(t, order="C"):
     if not isinstance(t, Tracer):
         return False
     if t.base is None:
-        layout = _input_layout(t)
-        return layout == "strided" or (layout == "F" and order == "C")
+        if getattr(t, "arg_strides", None) is None:
+            return False
+        flags = t.layout_probe().flags
+        return not (flags.f_contiguous if order == "F" else flags.c_contiguous)
     flags = t.layout_probe().flags
     return not (flags.f_contiguous if order == "F" else flags.c_contiguous)
 
@@ -1965,7 +1971,9 @@ def _install():
     # a sort is a valid partition (np.partition is C.sort too)
     T.partition = lambda s, kth, axis=-1, kind=None, order=None: s.sort(axis)
     T.argpartition = lambda s, kth, axis=-1, kind=None, order=None: F.argsort(s, axis)
-    T.copy = lambda s, order="C": s.copy_()
+    T.copy = lambda s, order="C": _fortran_copy(s) if order == "F" or (
+        order in ("A", "K") and s.ndim > 1 and _f_contiguous(s) and not _c_contiguous(s)) \
+        else s.copy_()
     T.conj = T.conjugate = lambda s: s     # of a real array: the array itself, as in NumPy
     for name, sym, fn in [("add", "+", F.add), ("sub", "-", F.sub), ("mul", "*", F.mul),
                           ("truediv", "/", F.div), ("pow", "**", _pow),
@@ -2149,15 +2157,16 @@ def _accepting(orig):
                 (orig.__name__ == "array" and _forces_copy(kwargs.get("copy", True))) or
                 (orig.__name__ in ("asarray", "asanyarray") and _forces_copy(
                     kwargs.get("copy")))):
-            return out.copy_()  # np.array copies unless told not to; asarray(copy=True) too
+            # np.array copies unless told not to; asarray(copy=True) too (in the order asked)
+            return _fortran_copy(out) if kwargs.get("order") == "F" else out.copy_()
         order = kwargs.get("order")
         if (orig.__name__ == "asfortranarray" or (
                 orig.__name__ in ("asarray", "asanyarray", "array") and order == "F")) and \
-                out is B.resolve(obj) and out.ndim > 1 and not _f_contiguous(out):
+                out is B.resolve(obj) and out.ndim >= 1 and not _f_contiguous(out):
             if orig.__name__ == "array" and kwargs.get("copy", True) is False:
                 raise ValueError("Unable to avoid copy while creating an array as requested.")
-            return out.copy_()  # a Fortran-ordered copy of a C-ordered array: same values
-        if orig.__name__ in ("asarray", "asanyarray") and order == "C" and \
+            return _fortran_copy(out)   # a Fortran-ordered copy: same values
+        if orig.__name__ in ("asarray", "asanyarray", "array") and order == "C" and \
                 out is B.resolve(obj) and _strided(out):
             return out.copy_()  # a C-ordered copy of a strided view
         if orig.__name__ == "ascontiguousarray" and out is B.resolve(obj) and _strided(out):

@@ -236,10 +236,7 @@ def _trace(fn, args, static_argnums, differentiated):
                     ctx.graph[t.id]["attrs"]["weak"] = True
                 if _fortran(leaf):
                     ctx.graph[t.id]["attrs"]["fortran"] = True   # ravel('A') would read it so
-                layout = _layout(leaf)
-                if layout is not None:
-                    # np.ascontiguousarray copies it, np.asfortranarray of an F one does not
-                    ctx.graph[t.id]["attrs"]["layout"] = layout
+                t.arg_strides = _arg_strides(leaf)
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
@@ -318,6 +315,21 @@ def _fortran(x) -> bool:
     # axes) is read in another order than C's
     strides = [abs(s) for s, d in zip(x.strides, x.shape) if d > 1]
     return any(a < b for a, b in zip(strides, strides[1:]))
+
+
+def _arg_strides(leaf):
+    """The strides in elements of an argument that is not C-contiguous (None for one that
+    is): its tracer reshapes and copies as NumPy would (frontend/tracer.py's base_probe). An
+    enclosing trace's tracer (grad inside compile, the inner trace of a transformation)
+    passes on the layout it has there."""
+    if isinstance(leaf, Tracer):
+        if leaf.base is None and leaf.arg_strides is None:
+            return None
+        probe = leaf.layout_probe()
+        return None if probe.flags.c_contiguous else tuple(int(s) for s in probe.strides)
+    if _layout(leaf) is None or not hasattr(leaf, "strides"):
+        return None
+    return tuple(int(st) // leaf.itemsize for st in leaf.strides)
 
 
 def _numeric_objects(a) -> bool:

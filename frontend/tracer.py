@@ -209,10 +209,27 @@ def _scalar(t) -> bool:
 def _copies(src, opdef, attrs) -> bool:
     """Does NumPy copy when applying this op to src (a reshape of a transposed or strided
     view)? Asked of an array with src's strides (np.empty: no memory is touched)."""
-    if src.base is None:
+    if src.base is None and getattr(src, "arg_strides", None) is None:
         return False  # adjit's own arrays are C-contiguous
     probe = src.layout_probe()
     return not np.may_share_memory(opdef.numpy(probe, **attrs), probe)
+
+
+def base_probe(t) -> np.ndarray:
+    """An int8 array laid out as the array t stands for (t owns its data): C-contiguous, or
+    with the strides of the argument it stands for (`arg_strides`, in elements, set when the
+    argument is not C-contiguous: a Fortran array, every other row)."""
+    strides = getattr(t, "arg_strides", None)
+    if strides is None:
+        return np.empty(t.shape, np.int8)
+    shape = tuple(t.shape)
+    if 0 in shape:
+        return np.empty(shape, np.int8, order="F" if strides != tuple(sorted(
+            strides, reverse=True)) else "C")
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    buf = np.empty(hi - lo + 1, np.int8)
+    return np.lib.stride_tricks.as_strided(buf[-lo:], shape, strides)
 
 
 def _at(where) -> str:
@@ -251,13 +268,16 @@ class Tracer:
     writes through to the base.
     """
     __slots__ = ("ctx", "_id", "_shape", "dtype", "base", "chain", "bver", "ver", "_pending",
-                 "_zero_known")
+                 "_zero_known", "arg_strides")
     __array_priority__ = 1000
 
     def __init__(self, ctx, nid):
         node = ctx.graph[nid]
         self.ctx, self._id, self._shape, self.dtype = ctx, nid, node["shape"], node["dtype"]
         self.base, self.chain, self.bver, self.ver = None, (), 0, 0
+        # the strides (in elements) of the argument this tracer stands for, when it is not
+        # C-contiguous (set by the trace; see base_probe)
+        self.arg_strides = None
         self._pending, self._zero_known = None, (None, False)
 
     @property
@@ -586,7 +606,7 @@ class Tracer:
         """An int8 array with this view's shape and strides relative to its base. A view made
         by a gather (np.diagonal, an einsum diagonal, windows) is no strided view NumPy would
         keep contiguous: its probe is a strided one (contiguous in neither order)."""
-        probe = np.empty(self.base.shape, np.int8)
+        probe = base_probe(self.base if self.base is not None else self)
         for op, attrs, consts, _ in self.chain:
             probe = OPS[op].numpy(probe, *consts, **attrs)
         if any(op == "gather" for op, _, _, _ in self.chain) and probe.size > 1:

@@ -166,3 +166,51 @@ def test_a_budget_below_the_programs_minimum_names_the_minimum():
         return tot
     with pytest.raises(adjit.BudgetError, match=r"at least memory_budget=\d+"):
         adjit.grad(rnn, backend="numpy", memory_budget=20000)(W, xs)
+
+
+
+# -- layouts, second round (tester E) ---------------------------------------------------------
+def _write_then_sum(make_view):
+    def f(x):
+        y = make_view(x)
+        y.reshape(-1)[0] = 100.0
+        return np.sum(x)
+    return f
+
+
+@pytest.mark.parametrize("name,make_view,make_x", [
+    ("asfortranarray of strided 1-d", lambda x: np.asfortranarray(x),
+     lambda: np.arange(1.0, 9.0)[::2]),
+    ("asarray F of (1, n) strided", lambda x: np.asarray(x, order="F"),
+     lambda: np.arange(1.0, 9.0).reshape(1, 8)[:, ::2]),
+    ("ravel of negative strides", np.ravel, lambda: np.arange(1.0, 9.0)[::-2]),
+    ("reshape of a Fortran array", lambda x: x.reshape(-1),
+     lambda: np.asfortranarray(np.arange(1.0, 13.0).reshape(3, 4))),
+    ("reshape of every other row", lambda x: x.reshape(-1),
+     lambda: np.arange(1.0, 25.0).reshape(6, 4)[::2]),
+    ("array copy=None order C of a Fortran array",
+     lambda x: np.array(x, copy=None, order="C"),
+     lambda: np.asfortranarray(np.arange(1.0, 13.0).reshape(3, 4))),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_views_and_copies_of_arguments_follow_their_layout(name, make_view, make_x):
+    """NumPy copies these (the argument is not laid out for a view); adjit took views, so a
+    write into the copy changed the argument (value and gradient)."""
+    f = _write_then_sum(make_view)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", adjit.AdjitWarning)
+        assert adjit.compile(f)(make_x()) == f(make_x())
+        assert np.array_equal(adjit.grad(f)(make_x()), np.ones_like(make_x()))
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: np.asfortranarray(x), lambda x: np.array(x, order="F"),
+    lambda x: x.copy(order="F")])
+def test_order_a_of_a_fortran_copy_made_inside_is_refused(make):
+    """It read the Fortran copy in C order (a wrong number, a transposed gradient)."""
+    def f(x):
+        return np.sum(make(x).ravel(order="A") * np.arange(x.size))
+    with pytest.raises(adjit.UnsupportedError, match="memory layout"):
+        adjit.compile(f)(np.arange(6.0).reshape(2, 3))
+    g = lambda x: np.sum(make(x).ravel(order="F") * np.arange(x.size))   # noqa: E731
+    x = np.arange(6.0).reshape(2, 3)
+    assert adjit.compile(g)(x) == g(x)
