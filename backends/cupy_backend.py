@@ -391,7 +391,7 @@ def build(g, fn_name="program", cuda_graph=False, donate_argnums=(), runtime=Non
     runtime: what the module runs on; default CuPy on the current device (tests pass a host
     emulation).
     """
-    donate_argnums = tuple(donate_argnums) if not isinstance(donate_argnums, int) \
+    donate_argnums = tuple(donate_argnums or ()) if not isinstance(donate_argnums, int) \
         else (donate_argnums,)
     if donate_argnums and not cuda_graph:
         # only a captured program owns buffers it can update in place: uncaptured, results

@@ -511,7 +511,14 @@ def _lowered(args, fn, call_args, names, options):
                     pass
             if args.wrt is not None:   # asked for by name: not a silent fallback
                 raise ValueError(f"--wrt {args.wrt}: {e}") from None
-            print(f"note: no gradient program ({e}); showing {fn.__name__} itself",
+            why = str(e)
+            if "has_aux=True" in why:
+                # the CLI has no has_aux option: it tried one above, and the first result
+                # is not a scalar loss either
+                why = (f"{fn.__name__} returns a tuple whose first value is not a scalar "
+                       "loss, so it has no gradient (a (loss, aux) pair would be shown with "
+                       "its has_aux gradient)")
+            print(f"note: no gradient program ({why}); showing {fn.__name__} itself",
                   file=sys.stderr)
     return adjit_compile(fn, **options).lower(*call_args), fn.__name__
 
