@@ -18,7 +18,7 @@ import numpy as np
 from ..ir.errors import GradError, OptionError, ShapeError
 from . import functions as F
 from . import pytree
-from .trace import _fortran, _layout, check_differentiable, leaf_spec, replay, trace
+from .trace import _arg_strides, check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
 _DEBUG = os.environ.get("DEBUG", "0") or "0"
@@ -35,9 +35,9 @@ def _has_tracer(args):
 def _leaf_key(x):
     if type(x) is np.ndarray:
         if not x.flags.c_contiguous:
-            # traced with its layout: ravel('A') / ravel('K') read it in its order, and
-            # np.ascontiguousarray copies it
-            return (x.shape, x.dtype.str, _layout(x), _fortran(x))
+            # traced with its strides: reshapes and copies of it follow them as NumPy's do,
+            # and order='A'/'K' reads of a Fortran-like one are refused
+            return (x.shape, x.dtype.str, _arg_strides(x))
         return (x.shape, x.dtype.str)
     if isinstance(x, Tracer):
         return (x.shape, x.dtype.str)
@@ -45,11 +45,11 @@ def _leaf_key(x):
         return ("weak", type(x).__name__)
     if hasattr(x, "__cuda_array_interface__"):                  # CuPy arrays
         if not x.flags.c_contiguous:
-            return (tuple(x.shape), np.dtype(x.dtype).str, _layout(x), _fortran(x))
+            return (tuple(x.shape), np.dtype(x.dtype).str, _arg_strides(x))
         return (tuple(x.shape), np.dtype(x.dtype).str)
     a = np.asarray(x)      # also a torch tensor, whose dtype is not NumPy's
     if not a.flags.c_contiguous:        # an np.memmap or other subclass: as an ndarray
-        return (a.shape, a.dtype.str, _layout(a), _fortran(a))
+        return (a.shape, a.dtype.str, _arg_strides(a))
     return (a.shape, a.dtype.str)
 
 

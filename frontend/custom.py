@@ -7,11 +7,14 @@ forward is that first argument, so simplification removes the node after autodif
 (ir/ops.py); its VJP and JVP rules call the user's rules, held in the node's `rule`
 attribute (a `_Rule`), on the replayed values, when the node is differentiated:
 - custom_vjp: the VJP runs fwd (for the residuals) and bwd. Forward mode is refused, as in
-  JAX (bwd need not be linear in g: clip_gradient); jacobian and hvp use reverse mode for it.
+  JAX (bwd need not be linear in g: clip_gradient); jacobian uses reverse mode for it.
 - custom_jvp: the JVP is the user's; the VJP is J^T g = d/dt <jvp(primals, t), g> at t = 0
   (the rule is linear in the tangents), computed with adjit's own grad.
-A call of the function inside its own rules (fwd returning f(x), a jvp returning f(x)) is a
-node again, so differentiating the rules once more goes through the rules, as in JAX.
+A derivative pass that differentiates a node by its rule replays the node as its primal value
+(passes/autodiff.py, `consume`), so the next derivative goes through the code the rules ran
+(fwd, bwd, the jvp rule), as JAX differentiates them at an outer level; a call of the function
+inside its own rules (fwd returning f(x), a jvp's `ans = f(x)`) is a node again, so that
+derivative takes its rule.
 
 Several float results are packed into one vector for the node (the rules see them apart);
 integer and boolean results carry no derivative and bypass it.
@@ -175,7 +178,9 @@ def _traced(args):
 
 
 def _is_float(y):
-    return np.dtype(getattr(y, "dtype", np.result_type(y))).kind == "f"
+    if hasattr(y, "dtype"):
+        return np.dtype(y.dtype).kind == "f"
+    return isinstance(y, float) or isinstance(y, np.floating)
 
 
 def _zero_tangent(x):
@@ -217,7 +222,7 @@ class custom_vjp(_Custom):  # noqa: N801 (named as JAX's)
     cotangent per argument, each shaped like that argument (None for zeros). With
     nondiff_argnums (configuration: functions, numbers, strings), those arguments come first:
     bwd(*nondiff, residuals, g). Called outside a differentiated trace the function itself
-    runs; differentiated, its result is the function's and fwd runs when the backward needs
+    runs; differentiated, its value is fwd's result, and fwd runs again in the backward for
     the residuals. As in JAX the rule serves reverse mode only (bwd need not be linear in g):
     grad, vjp, jacobian, hessian and hvp work, jvp is refused. The rules may not close over
     arrays traced outside them: pass those as arguments or residuals.
@@ -334,7 +339,6 @@ class custom_jvp(_Custom):  # noqa: N801 (named as JAX's)
             raise GradError(f"adjit.custom_jvp function {_name(self.fun)}"
                             f"{_defined(self.fun)} has no rule: decorate its JVP with "
                             f"@{_name(self.fun)}.defjvp before using it")
-
 
 
 class _Rule:
@@ -471,7 +475,7 @@ class _Rule:
             # J^T g = d/dt <jvp(primals, t), g> at t = 0
             return [None] + self._transpose_jvp(g, xs)
         full = self.args(xs)
-        nd, rest = self._nondiff_and_rest(full)
+        nd, _ = self._nondiff_and_rest(full)
         got = self._call("fwd", self.owner.fwd, *full)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise GradError(f"the fwd rule of {self.name}{_defined(self.owner.fwd)} must return "

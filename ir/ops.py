@@ -1485,7 +1485,7 @@ OPS["matmul"].rewrite = _matmul_rewrite
 # stop_gradient only matters to autodiff, which has run before simplification
 OPS["stop_gradient"].noop = lambda a, shape, dtype: True
 # custom rules (frontend/custom.py): the node's first argument is the primal result, the
-# others the traced arguments and residuals; the user's rules, held in the `rule` attribute,
+# others the traced leaves of the arguments; the user's rules, held in the `rule` attribute,
 # give the VJP and JVP. Its forward is its first argument, so after autodiff simplification
 # drops it (identity) and no backend sees it.
 def _safe_name(s):
