@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from ..ir.errors import GradError, OptionError, ShapeError
+from ..ir.ops import OPS
 from . import functions as F
 from . import pytree
 from .trace import _arg_strides, check_differentiable, leaf_spec, replay, trace
@@ -107,6 +108,8 @@ class Compiled:
     # how to make this same transformation of another function (set by the public
     # transformations); keyword-only arguments are bound with functools.partial through it
     _rebuild = None
+    # traced as the primal of a derivative (adjit.vjp's): custom rules give their values
+    _differentiated = False
 
     def _with_keywords(self, kw_only):
         """This transformation of fn with its keyword-only arguments bound: they are static
@@ -221,7 +224,7 @@ class Compiled:
             if owner is not self:
                 return owner.trace(*args)
         return trace(self._traced_named(), *args, static_argnums=self.static_argnums,
-                     differentiated=getattr(self, "_differentiated", False))
+                     differentiated=self._differentiated)
 
     def lower(self, *args, **kwargs):
         """The Program (source, IR, memory estimate) for these arguments."""
@@ -910,8 +913,8 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
         return [F.lift(np.eye(1, size(d), i, dtype=d["dtype"]).reshape(d["shape"])
                        if k == which else np.zeros(d["shape"], d["dtype"]), d["dtype"], current())
                 for k, d in enumerate(ds)]
-    # a custom_vjp's rule serves reverse mode only (its bwd need not be linear in g)
-    reverse = n_out <= n_in or _has_op(g, "custom_vjp")
+    # an op that serves reverse mode only (a custom_vjp's rule: its bwd need not be linear)
+    reverse = n_out <= n_in or any(OPS[g[n]["op"]].reverse_only for n in g.nodes())
 
     def sweeps(lin, n_primal):
         """replay(lin, leaves + seeds) for each seed, re-emitting only the nodes that depend
@@ -959,10 +962,6 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
                                   di["dtype"]))
         blocks.append(row)
     return blocks
-
-
-def _has_op(g, op):
-    return any(g[n]["op"] == op for n in g.nodes())
 
 
 def hessian(fn=None, argnums=0, *, has_aux=False, static_argnums=(), **compile_options):

@@ -277,7 +277,7 @@ def _c_contiguous(t) -> bool:
 def _f_contiguous(t) -> bool:
     """Is t laid out in Fortran order (K.T of a C-ordered K): np.asfortranarray returns it
     itself, a view of what it views."""
-    if t.base is None and getattr(t, "arg_strides", None) is None:
+    if t.base is None and t.arg_strides is None:
         return sum(1 for d in t.shape if d > 1) <= 1
     return bool(t.layout_probe().flags.f_contiguous)
 
@@ -288,7 +288,7 @@ def _strided(t, order="C"):
     if not isinstance(t, Tracer):
         return False
     if t.base is None:
-        if getattr(t, "arg_strides", None) is None:
+        if t.arg_strides is None:
             return False
         flags = t.layout_probe().flags
         return not (flags.f_contiguous if order == "F" else flags.c_contiguous)

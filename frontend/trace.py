@@ -327,7 +327,9 @@ def _arg_strides(leaf):
             return None
         probe = leaf.layout_probe()
         return None if probe.flags.c_contiguous else tuple(int(s) for s in probe.strides)
-    if _layout(leaf) is None or not hasattr(leaf, "strides"):
+    flags = getattr(leaf, "flags", None)
+    if flags is None or getattr(leaf, "ndim", 0) < 1 or flags.c_contiguous \
+            or not hasattr(leaf, "strides"):
         return None
     return tuple(int(st) // leaf.itemsize for st in leaf.strides)
 
@@ -336,15 +338,6 @@ def _numeric_objects(a) -> bool:
     """Does an object array hold only numbers (a float array loaded as objects)?"""
     import numbers
     return all(isinstance(v, numbers.Number) for v in a.flat[:1000])
-
-
-def _layout(x):
-    """"F" for a Fortran-contiguous argument (not C-contiguous), "strided" for one contiguous
-    in neither order, None for a C-contiguous one (or a scalar)."""
-    flags = getattr(x, "flags", None)
-    if flags is None or getattr(x, "ndim", 0) < 1 or flags.c_contiguous:
-        return None
-    return "F" if flags.f_contiguous else "strided"
 
 
 def _containers(args, names):
@@ -735,9 +728,6 @@ def custom_primal(graph, n):
     stop_gradient that keeps the node's own level from differentiating it."""
     a = graph[n]["args"][0]
     return graph[a]["args"][0] if graph[a]["op"] == "stop_gradient" else a
-
-
-CUSTOM_OPS = frozenset(("custom_vjp", "custom_jvp"))
 
 
 def check_differentiable(graph, positions, fn_name):

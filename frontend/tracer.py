@@ -209,7 +209,7 @@ def _scalar(t) -> bool:
 def _copies(src, opdef, attrs) -> bool:
     """Does NumPy copy when applying this op to src (a reshape of a transposed or strided
     view)? Asked of an array with src's strides (np.empty: no memory is touched)."""
-    if src.base is None and getattr(src, "arg_strides", None) is None:
+    if src.base is None and src.arg_strides is None:
         return False  # adjit's own arrays are C-contiguous
     probe = src.layout_probe()
     return not np.may_share_memory(opdef.numpy(probe, **attrs), probe)
@@ -219,7 +219,7 @@ def base_probe(t) -> np.ndarray:
     """An int8 array laid out as the array t stands for (t owns its data): C-contiguous, or
     with the strides of the argument it stands for (`arg_strides`, in elements, set when the
     argument is not C-contiguous: a Fortran array, every other row)."""
-    strides = getattr(t, "arg_strides", None)
+    strides = t.arg_strides
     if strides is None:
         return np.empty(t.shape, np.int8)
     shape = tuple(t.shape)

@@ -105,6 +105,9 @@ class OpDef:
     skips_nan: bool = False
     # integers only (the bitwise operations; the frontend refuses floats, as NumPy does)
     integer_only: bool = False
+    # reverse_only=True for an op whose VJP has no transpose to serve forward mode (a
+    # custom_vjp's rule, which need not be linear in g): jacobian builds by rows through it
+    reverse_only: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -1500,6 +1503,7 @@ for _name in ("custom_vjp", "custom_jvp"):
         lambda g, out, y, *xs, rule: rule.vjp(g, list(xs)),
         lambda ts, out, y, *xs, rule: rule.jvp(ts, list(xs)), None,
         identity=lambda consts: 0, show=lambda a: _safe_name(a["rule"].name),
+        reverse_only=_name == "custom_vjp",
         doc="a function with the user's derivative rule (adjit.custom_vjp / custom_jvp)"))
 
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..frontend import functions as F
-from ..frontend.trace import CUSTOM_OPS, custom_primal, replay
+from ..frontend.trace import custom_primal, replay
 from ..frontend.tracer import TraceContext, Tracer, current, where_override
 from ..ir.errors import GradError
 from ..ir.graph import Graph
@@ -64,7 +64,7 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     wrt_ids = [g.inputs[p] for p in wrt]
     need = _relevant(g, wrt_ids, diff_ids)
     # custom-rule nodes differentiated here by their rules: the new graph reads their primal
-    custom = {n for n in need if g[n]["op"] in CUSTOM_OPS}
+    custom = {n for n in need if OPS[g[n]["op"]].kind == "custom"}
     ctx = TraceContext()
     with ctx:
         ins = _new_inputs(ctx, g)
@@ -393,7 +393,7 @@ def derive_tangent(g: Graph, wrt) -> Graph:
                 t = rule(ts, env[n], *[env[a] for a in d["args"]], **d["attrs"])
             if t is not None:
                 tans[n] = t
-            if d["op"] in CUSTOM_OPS:
+            if OPS[d["op"]].kind == "custom":
                 # differentiated here by its rule: the new graph reads its primal (replay)
                 env[n] = env[custom_primal(g, n)]
         outs = [env[o] for o in g.outputs]
