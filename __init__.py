@@ -6,7 +6,7 @@ array([-2.,  2.])
 """
 from .backends.runtime import MemoryReport, Program, measure_peak_memory
 from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jacobian,
-                           jvp, value_and_grad, vjp)
+                           jvp, value_and_grad, vjp, vmap)
 from .frontend.custom import custom_jvp, custom_vjp
 from .frontend.functions import (erf, erfc, logsumexp, log_softmax, one_hot, relu, sigmoid,
                                  softmax, softplus, stop_gradient, where)
@@ -19,7 +19,7 @@ __all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "Gr
            "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
            "compile", "custom_jvp", "custom_vjp", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
            "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
-           "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "where"]
+           "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "vmap", "where"]
 __version__ = "0.1.0"
 
 

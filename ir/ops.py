@@ -108,6 +108,11 @@ class OpDef:
     # reverse_only=True for an op whose VJP has no transpose to serve forward mode (a
     # custom_vjp's rule, which need not be linear in g): jacobian builds by rows through it
     reverse_only: bool = False
+    # batch(n, xs, batched, attrs) -> the op applied to each of n stacked sets of arguments,
+    #   stacked on a new leading axis: xs[i] carries that axis where batched[i] (the others are
+    #   shared by all n). Read by frontend/batching.py (Jacobians and Hessians in one sweep);
+    #   None: the op is applied n times and the results stacked
+    batch: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -1712,6 +1717,182 @@ SCALAR_HELPERS = {
     "_rt_maximum": "maximum propagating NaN, as np.maximum",
     "_rt_minimum": "minimum propagating NaN, as np.minimum",
 }
+
+# -- batching rules (read by frontend/batching.py) --------------------------------------------
+# Each gives the op on arguments stacked along a new axis 0 of size n, as one node where NumPy's
+# op takes the extra axis (an elementwise op, a reduction over shifted axes, a matrix product
+# with the stack folded into its rows), so a Jacobian or Hessian is one sweep of arrays n times
+# larger rather than n sweeps (jax.vmap's batching rules, for adjit's op set)
+def _emit(op, xs, attrs):
+    return xs[0].ctx.emit(op, list(xs), attrs)
+
+
+def _stacked(n, x, b):
+    """x with the leading stack axis: shared ones read n times (a broadcast view)."""
+    return x if b else F.broadcast_to(x, (n,) + tuple(x.shape))
+
+
+def _batch_map(op):
+    def rule(n, xs, batched, attrs):        # elementwise arguments share one shape
+        return _emit(op, [_stacked(n, x, b) for x, b in zip(xs, batched)], attrs)
+    return rule
+
+
+def _batch_axis_attr(op, key="axis"):
+    def up(i):      # a negative axis counts from the end: the new first axis leaves it
+        return int(i) + 1 if int(i) >= 0 else int(i)
+
+    def rule(n, xs, batched, attrs):        # the arguments' axes move up by one
+        a = dict(attrs)
+        ax = a[key]
+        a[key] = tuple(up(i) for i in ax) if isinstance(ax, (tuple, list)) else up(ax)
+        return _emit(op, [_stacked(n, x, b) for x, b in zip(xs, batched)], a)
+    return rule
+
+
+def _lead(index):
+    return (slice(None),) + (tuple(index) if isinstance(index, tuple) else (index,))
+
+
+def _batch_broadcast_to(n, xs, batched, attrs):
+    (x,), shape = xs, tuple(attrs["shape"])
+    x = F.reshape(x, (n,) + (1,) * (len(shape) + 1 - x.ndim) + tuple(x.shape[1:]))
+    return _emit("broadcast_to", [x], {"shape": (n,) + shape})
+
+
+def _fold_right(op, n, x, y, attrs):
+    """op(x, y) for a shared x and y stacked (n, ..., k, p): the stack folded into y's
+    columns, (..., k, n * p), where op acts on each column alike (a matrix product, a
+    solve), so the shared operand is read (or factored) once."""
+    r = x.ndim
+    k, p = y.shape[-2:]
+    yf = F.reshape(F.transpose(y, tuple(range(1, r - 1)) + (r - 1, 0, r)),
+                   tuple(y.shape[1:-2]) + (k, n * p))
+    out = _emit(op, [x, yf], attrs)               # (..., m, n * p)
+    out = F.reshape(out, tuple(out.shape[:-1]) + (n, p))
+    return F.transpose(out, (r - 1,) + tuple(range(r - 1)) + (r,))
+
+
+def _batch_matmul(n, xs, batched, attrs):
+    """Same-rank operands (..., m, k) @ (..., k, p). One stacked operand folds the stack into
+    its rows (left) or columns (right), so a shared matrix is read once, as BLAS prefers;
+    both stacked: the stack is one more batch axis."""
+    x, y = xs
+    if all(batched):
+        return _emit("matmul", [x, y], attrs)
+    if batched[1]:
+        return _fold_right("matmul", n, x, y, attrs)
+    r = y.ndim          # (n, ..., m, k) -> (..., n * m, k) @ y
+    m, k = x.shape[-2:]
+    xf = F.reshape(F.transpose(x, tuple(range(1, r - 1)) + (0, r - 1, r)),
+                   tuple(x.shape[1:-2]) + (n * m, k))
+    out = _emit("matmul", [xf, y], attrs)         # (..., n * m, p)
+    out = F.reshape(out, tuple(x.shape[1:-2]) + (n, m, y.shape[-1]))
+    return F.transpose(out, (r - 2,) + tuple(range(r - 2)) + (r - 1, r))
+
+
+def _batch_solve(op):
+    def rule(n, xs, batched, attrs):    # a (..., m, m), b (..., m, k)
+        a, b = xs
+        if batched[0]:
+            return _emit(op, [a, _stacked(n, b, batched[1])], attrs)
+        return _fold_right(op, n, a, b, attrs)
+    return rule
+
+
+def _stack_position(shape, key, n_idx_shapes, n):
+    """Where x[(:,) + key] puts the stack axis of x (n, *shape): NumPy moves the indexed
+    axes to the front when integer arrays are not side by side (x[i, :, j])."""
+    big = 1 + max([int(n)] + [int(d) for d in shape] + [int(d) for s in n_idx_shapes for d in s])
+    idx = [np.zeros(s, np.intp) for s in n_idx_shapes]
+    out = _dummy((big,) + tuple(shape))[_build_key((("s", slice(None)),) + tuple(key), idx)]
+    return out.shape.index(big)
+
+
+def _to_front(x, p):
+    return x if p == 0 else F.transpose(x, (p,) + tuple(i for i in range(x.ndim) if i != p))
+
+
+def _stacked_key(n, key, idx, batched):
+    """For stacked positions: the key with a leading arange(n) index (x[arange(n)[:, None],
+    i] for x[i]), the index arrays with the stack axis (shared ones broadcast), and the axes
+    of its result in the order the stacked per-element results have them."""
+    arrays = [i if b else F.broadcast_to(i, (n,) + tuple(i.shape)) for i, b in zip(idx, batched)]
+    ranks = [len(i.shape) - 1 for i in arrays]
+    nd = max(ranks + [0])
+    arrays = [F.reshape(i, (n,) + (1,) * (nd - r) + tuple(i.shape[1:]))
+              for i, r in zip(arrays, ranks)]
+    rows = F.lift(np.arange(n, dtype=np.intp).reshape((n,) + (1,) * nd), np.dtype(np.intp),
+                  arrays[0].ctx)
+    new = (("a", len(arrays)),) + tuple(key)
+    # per element, NumPy puts the indexed axes where they stand when the index arrays (and
+    # ints) are side by side, else first; with arange(n) first they always come first
+    adv = [k for k, item in enumerate(key) if item[0] in "ai"]
+    side_by_side = adv == list(range(adv[0], adv[-1] + 1))
+    before = sum(1 for item in key[:adv[0]] if item[0] in "sn") if side_by_side else 0
+    return new, arrays + [rows], nd, before
+
+
+def _batch_gather(n, xs, batched, attrs):
+    x, idx = xs[0], xs[1:]
+    if not any(batched[1:]):    # shared positions: x[:, key]
+        key = (("s", slice(None)),) + tuple(attrs["key"])
+        p = _stack_position(x.shape[1:], attrs["key"], [i.shape for i in idx], n)
+        return _to_front(_emit("gather", [x] + list(idx), {**attrs, "key": key}), p)
+    key, arrays, nd, before = _stacked_key(n, attrs["key"], idx, batched[1:])
+    out = _emit("gather", [_stacked(n, x, batched[0])] + arrays, {**attrs, "key": key})
+    if before:      # (n, *indexed, *before, ...) -> (n, *before, *indexed, ...)
+        perm = (0,) + tuple(range(1 + nd, 1 + nd + before)) + tuple(range(1, 1 + nd))
+        out = F.transpose(out, perm + tuple(range(len(perm), out.ndim)))
+    return out
+
+
+def _batch_scatter_add(n, xs, batched, attrs):
+    g, idx = xs[0], xs[1:]
+    g = _stacked(n, g, batched[0])
+    if not any(batched[1:]):
+        p = _stack_position(attrs["shape"], attrs["key"], [i.shape for i in idx], n)
+        if p:       # g's stack axis where the key's result has it
+            g = F.transpose(g, tuple(range(1, p + 1)) + (0,) + tuple(range(p + 1, g.ndim)))
+        return _emit("scatter_add", [g] + list(idx), {
+            **attrs, "key": (("s", slice(None)),) + tuple(attrs["key"]),
+            "shape": (n,) + tuple(attrs["shape"])})
+    key, arrays, nd, before = _stacked_key(n, attrs["key"], idx, batched[1:])
+    if before:      # g (n, *before, *indexed, ...) in the key's order (n, *indexed, *before)
+        perm = (0,) + tuple(range(1 + before, 1 + before + nd)) + tuple(range(1, 1 + before))
+        g = F.transpose(g, perm + tuple(range(len(perm), g.ndim)))
+    return _emit("scatter_add", [g] + arrays, {**attrs, "key": key,
+                                               "shape": (n,) + tuple(attrs["shape"])})
+
+
+for _name, _op in OPS.items():
+    if _op.kind == "elementwise":
+        _op.batch = _batch_map(_name)
+for _name in ("sum", "max", "min", "nanmax", "nanmin", "cumsum", "cumprod", "accumulate",
+              "argmax", "argsort", "sort", "concatenate"):
+    OPS[_name].batch = _batch_axis_attr(_name)
+# ops that already act on stacks of their last axes: the stack is one more leading axis
+for _name in ("one_hot", "cabs", "inv", "cofactor", "det", "slogdet", "cholesky", "eigh",
+              "svd", "qr", "pinv"):
+    OPS[_name].batch = _batch_map(_name)
+for _name in ("fft", "rfft", "irfft"):
+    OPS[_name].batch = _batch_axis_attr(_name)
+for _name in ("solve", "solve_triangular"):
+    OPS[_name].batch = _batch_solve(_name)
+OPS["reshape"].batch = lambda n, xs, b, a: _emit("reshape", xs, {"shape": (n,) + tuple(
+    a["shape"])})
+OPS["transpose"].batch = lambda n, xs, b, a: _emit("transpose", xs, {"perm": (0,) + tuple(
+    int(p) + 1 for p in a["perm"])})
+OPS["broadcast_to"].batch = _batch_broadcast_to
+OPS["slice"].batch = lambda n, xs, b, a: _emit("slice", xs, {"index": _lead(a["index"])})
+OPS["unslice"].batch = lambda n, xs, b, a: _emit("unslice", xs, {
+    "index": _lead(a["index"]), "shape": (n,) + tuple(a["shape"])})
+OPS["place_add"].batch = lambda n, xs, b, a: _emit(
+    "place_add", [_stacked(n, x, bi) for x, bi in zip(xs, b)],
+    {"indices": tuple(_lead(ix) for ix in a["indices"]), "shape": (n,) + tuple(a["shape"])})
+OPS["matmul"].batch = _batch_matmul
+OPS["gather"].batch = _batch_gather
+OPS["scatter_add"].batch = _batch_scatter_add
 
 # -- fused groups (made by passes/fusion.py after autodiff; see ir/fused.py) -----------------
 from . import fused as _fused  # noqa: E402 - it reads OPS, so it comes after the table
