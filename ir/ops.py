@@ -1649,6 +1649,20 @@ def _flat_concatenate(emit, attrs, args):
 OPS["concatenate"].rewrite = _flat_concatenate
 
 
+def _outer_product(emit, attrs, args):
+    # (..., m, 1) @ (..., 1, n) is a broadcast product: NumPy's matmul of a stack of outer
+    # products (per-example weight gradients) runs 1.7x slower than the multiply
+    x, y = args
+    if x["shape"][-1] != 1:
+        return None
+    shape = tuple(x["shape"][:-1]) + (y["shape"][-1],)
+    return emit("mul", [emit("broadcast_to", [x["id"]], {"shape": shape}),
+                        emit("broadcast_to", [y["id"]], {"shape": shape})], {})
+
+
+OPS["matmul"].rewrite = _outer_product
+
+
 def _reshape_of_slice(emit, attrs, args):
     # x[i:i+1].reshape(()) is x[i]: the VJP of np.array([a, b, ...]) of scalars unstacks its
     # cotangent into one indexing per element instead of a slice and a reshape
