@@ -43,6 +43,10 @@ class Buffer(np.ndarray):
         value = np.asarray(value)
         b = np.ndarray.__new__(cls, value.shape, value.dtype)  # owns its memory
         np.copyto(b.view(np.ndarray), value)
+        # made Fortran-ordered (np.zeros(shape, order="F")): this memory is C-ordered, so an
+        # order='A'/'K' read of its traced value is refused (_fortran_order_read)
+        np.ndarray.__setattr__(b, "_fortran", value.ndim > 1 and value.flags.f_contiguous and
+                               not value.flags.c_contiguous)
         ctx = current()
         if ctx is not None:
             ctx.buffers.append(weakref.ref(b))
@@ -78,6 +82,8 @@ class Buffer(np.ndarray):
         if tv is None:
             attr = np.ndarray.__getattribute__(self, name)
             return _taking_traced(self, name, attr) if name in _ARG_METHODS else attr
+        if name in ("ravel", "reshape", "flatten") and getattr(_owner(self), "_fortran", False):
+            return _fortran_order_read(self, name, tv)
         if name in _VIEW_ATTRS and _owner(self) is not self:
             # a view of a view taken before the first traced write (v = c[:]; v.T[0] = 7):
             # NumPy's view, a Buffer view of the owner, so writes into it reach the owner
@@ -568,6 +574,24 @@ def _view_or_value(b, name, tv):
 
     def method(*args, **kwargs):
         return pick(getattr(np.ndarray, name)(b, *args, **kwargs), args, kwargs)
+    return method
+
+
+def _fortran_order_read(b, name, tv):
+    """b.ravel / reshape / flatten of an array made Fortran-ordered (np.zeros(shape,
+    order="F")) holding traced values: order 'A' and 'K' read its memory order, which adjit
+    does not follow there (refused, as for other Fortran-ordered arrays made inside)."""
+    def method(*args, **kwargs):
+        order = kwargs.get("order", args[0] if name in ("ravel", "flatten") and args else
+                           args[-1] if name == "reshape" and args and isinstance(args[-1], str)
+                           else "C")
+        if order in ("A", "K"):
+            raise UnsupportedError(
+                f"{name} with order={order!r} of an array made Fortran-ordered (order='F')"
+                f"{_at(user_where())}: the result depends on the memory layout, which adjit "
+                "does not follow there; write order='F' (the layout NumPy has here) or 'C'")
+        inner = _view_or_value(b, name, tv) if _owner(b) is not b else getattr(tv, name)
+        return inner(*args, **kwargs)
     return method
 
 

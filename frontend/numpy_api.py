@@ -484,10 +484,16 @@ def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
 
 def _where(condition, *xy):
     if len(xy) != 2:
-        raise UnsupportedError(f"np.where(condition) with one argument returns indices whose "
-                               f"number depends on the data{_at(user_where())}; use "
-                               "np.where(condition, x, y)")
+        _data_dependent("np.where(condition) with one argument")
     return F.where(condition, *xy)
+
+
+def _data_dependent(what):
+    raise UnsupportedError(
+        f"{what} returns indices whose number depends on the data{_at(user_where())}: adjit "
+        "traces arrays of known shapes. Use np.where(condition, x, y) to select elementwise, "
+        "or np.sum(np.where(condition, x, 0)) (np.mean: divided by np.sum(condition)) to "
+        "reduce over the selected elements")
 
 
 def _einsum(subscripts, *operands, optimize=False, **kw):
@@ -735,7 +741,9 @@ FUNCTIONS = {
     np.amin: _min, np.var: _var, np.std: _std, np.dot: _dot, np.matmul: F.matmul,
     np.vdot: lambda a, b: F.sum(F.mul(F.ravel(a), F.ravel(b))), np.outer: F.outer,
     np.inner: C.inner, np.transpose: F.transpose, np.reshape: _reshape,
-    np.where: _where, np.clip: _clip, np.squeeze: F.squeeze, np.expand_dims: F.expand_dims,
+    np.where: _where, np.nonzero: lambda a: _data_dependent("np.nonzero"),
+    np.argwhere: lambda a: _data_dependent("np.argwhere"),
+    np.flatnonzero: lambda a: _data_dependent("np.flatnonzero"), np.clip: _clip, np.squeeze: F.squeeze, np.expand_dims: F.expand_dims,
     np.broadcast_to: F.broadcast_to, np.concatenate: _concatenate, np.stack: _stack,
     np.hstack: C.hstack, np.vstack: C.vstack, np.dstack: C.dstack,
     np.column_stack: C.column_stack, np.atleast_1d: C.atleast_1d, np.atleast_2d: C.atleast_2d,
@@ -761,7 +769,7 @@ FUNCTIONS = {
     np.any: lambda a, axis=None, out=None, keepdims=False, *, where=True: _any_all(
         C.any_, a, axis, out, keepdims, where),
     np.all: lambda a, axis=None, out=None, keepdims=False, *, where=True: _any_all(
-        C.all_, a, axis, out, keepdims, where), np.copy: lambda a, *args, **kw: a.copy_(),
+        C.all_, a, axis, out, keepdims, where), np.copy: lambda a, order="K", subok=False: a.copy(order),
     np.append: _append,
     np.rot90: _rot90,
     np.flip: F.flip, np.argmax: _argmax, np.argmin: functools.partial(_argmax, neg=True),
@@ -1994,8 +2002,7 @@ def _install():
     T.imag = property(lambda s: F.zeros_like(s))
     T.flat = property(_flat, _set_flat)
     T.view = _view
-    T.nonzero = lambda s: _unsupported("ndarray.nonzero (its size depends on the data; use "
-                                       "adjit.where)")
+    T.nonzero = lambda s: _data_dependent("x.nonzero()")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
     T.itemsize = property(lambda s: s.dtype.itemsize)
 
@@ -2048,12 +2055,17 @@ def _view(s, *args, **kw):
 def _astype(s, dtype, order="K", casting="unsafe", subok=True, copy=True):
     """x.astype: a new array, unless copy=False and the dtype is already right (as NumPy)."""
     if s.dtype == np.dtype(dtype):
-        return s.copy_() if copy else s
+        return s.copy(order) if copy else s
     if np.dtype(dtype).kind not in "biufc":
         raise UnsupportedError(
             f"x.astype({np.dtype(dtype)}) of a traced array{_at(user_where())}: adjit traces "
             "numbers (bool, integer, float and complex dtypes); keep the values numeric and "
             "convert outside the function")
+    if s.ndim > 1 and (order == "F" or (order in ("A", "K") and _f_contiguous(s) and
+                                        not _c_contiguous(s))):
+        # a Fortran-ordered result (as x.copy(order="F")): the transpose of the C-ordered
+        # cast of the transpose, so a later order='A'/'K' read sees Fortran order
+        return F.transpose(F.cast(F.transpose(s), dtype))
     return F.cast(s, dtype)
 
 
