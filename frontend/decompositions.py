@@ -135,13 +135,17 @@ def _rank(s, tol):
 def lstsq(a, b, rcond=None):
     """(x, residuals, rank, s) as np.linalg.lstsq, with x = pinv(a, rcond) @ b traced.
 
-    rank and s are traced too. residuals (the squared residual norms) are traced where NumPy
-    gives them for a full-rank a, m > n; adjit cannot see the rank at trace time, so a
-    rank-deficient a also gets them where NumPy returns an empty array. For m <= n they are
-    empty, as in NumPy.
+    For a constant a, rank and s are NumPy's own (rank a Python-usable integer, `if rank <
+    n:` reads it) and residuals are traced where NumPy gives them (a full-rank a, m > n) and
+    empty elsewhere, as in NumPy. For a traced a, rank and s are traced, and so is the
+    residuals' shape question: NumPy's answer (empty for a rank-deficient a) depends on the
+    values, so adjit gives the squared residual norms where a has full rank and NaN where it
+    has not (m > n; empty for m <= n, as in NumPy).
     """
     if not _traced(a, b):
         return np.linalg.lstsq(a, b, rcond=rcond)
+    constant = not _traced(a)
+    a_value = np.asarray(a) if constant else None
     a, b = _float("lstsq", a, b)
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ShapeError(f"np.linalg.lstsq: a of shape {a.shape} and b of shape {b.shape}; "
@@ -153,11 +157,21 @@ def lstsq(a, b, rcond=None):
         rcond = np.finfo(a.dtype).eps  # LAPACK's reading of a negative cutoff
     p = _emit("pinv", [a], rcond=_rcond("lstsq", a, rcond, _DEFAULT))
     x = F.matmul(p, b)
-    s = svd(a, compute_uv=False)
-    rank = F.cast(_rank(s, F.mul(F.max(s), rcond)), np.int32)  # LAPACK's int, as NumPy
-    if m > n:
+    if constant and not _traced(rcond):
+        # NumPy's rank and singular values of the constant a (a zero right-hand side: the
+        # same factorization)
+        _, _, rank, s = np.linalg.lstsq(a_value.astype(a.dtype), np.zeros(m, a.dtype),
+                                        rcond=rcond)
+        full = bool(rank == n)
+    else:
+        s = svd(a, compute_uv=False)
+        rank = F.cast(_rank(s, F.mul(F.max(s), rcond)), np.int32)  # LAPACK's int, as NumPy
+        full = None
+    if m > n and full is not False:
         r = F.sub(F.matmul(a, x), b)
         residuals = F.sum(F.mul(r, r), axis=0, keepdims=b.ndim == 1)
+        if full is None:    # a traced a: NaN where NumPy's residuals are empty (rank < n)
+            residuals = F.where(F.eq(rank, n), residuals, np.nan)
     else:
         residuals = np.empty((0,), a.dtype)
     return x, residuals, rank, s
