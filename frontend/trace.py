@@ -19,7 +19,7 @@ from ..ir.graph import Where
 from . import pytree
 from .buffer import resolve
 from .tracer import (_INTERNAL, _INTERNAL_FILES, _LIBRARIES, _SCIPY, TraceContext, Tracer,
-                     _at, user_where, where_override)
+                     _at, _inside, _library_call, user_where, where_override)
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=(?!=)")
 
@@ -253,9 +253,18 @@ def _trace(fn, args, static_argnums, differentiated):
                 if "is stored into a NumPy array" in str(e.__cause__):
                     raise e.__cause__.with_traceback(None) from None   # names the line
                 w = getattr(e.__cause__, "where", None)
+                frames, tb = [], e.__traceback__
+                while tb is not None:
+                    frames.append(tb.tb_frame)
+                    tb = tb.tb_next
+                lib = _library_call(frames[::-1])
+                if lib is not None:     # NumPy's own code stored it (np.polynomial.polyder)
+                    raise TraceError(f"a traced value was stored into a NumPy array (NumPy "
+                                     f"asked for its number){f' at {w}' if w else ''}"
+                                     f"{_inside(lib)}") from e
                 raise TraceError(
                     f"storing a traced value into a NumPy array made outside the function"
-                    f"{_at(w) if w else ''} (NumPy asked for its number): create the array "
+                    f"{f' at {w}' if w else ''} (NumPy asked for its number): create the array "
                     "inside the function (np.zeros(...)) and return it, or collect the values "
                     "in a list and np.stack them") from e
             _name_the_library(e)

@@ -233,7 +233,40 @@ def base_probe(t) -> np.ndarray:
 
 
 def _at(where) -> str:
-    return f" at {where}" if where is not None else ""
+    if where is None:
+        return ""
+    lib = _library_call()
+    if lib is None:
+        return f" at {where}"
+    return f" at {where}{_inside(lib)}"
+
+
+def _inside(lib):
+    return (f", inside {lib} (NumPy's own Python code for it, which ran on the traced array: "
+            "adjit does not implement this function; compute it outside the traced function, "
+            "or write it with the NumPy functions adjit supports)")
+
+
+def _library_call(frames=None):
+    """The NumPy function the user called ('numpy.polynomial.polynomial.polyadd') when the
+    caller (or the innermost of `frames`, listed innermost first) is inside NumPy's own
+    Python code, else None. SciPy's are named by trace.py's _name_the_library."""
+    if frames is None:
+        frames, f = [], sys._getframe(2)
+        while f is not None:
+            frames.append(f)
+            f = f.f_back
+    name = None
+    for f in frames:
+        fn = f.f_code.co_filename
+        if fn.startswith(_INTERNAL) or fn in _INTERNAL_FILES or "importlib" in fn:
+            continue
+        if _SCIPY in fn:
+            return None
+        if not fn.startswith(_LIBRARIES):
+            return name     # the user's frame: the outermost NumPy frame was the call
+        name = f"{f.f_globals.get('__name__', '?')}.{f.f_code.co_qualname}"
+    return None
 
 
 _NUMPY_TESTING = os.path.join(os.path.dirname(np.__file__), "testing") + os.sep
