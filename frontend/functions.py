@@ -792,6 +792,8 @@ def traced_positions(x, key):
         unique = True   # J[k, 3 * i + np.arange(3)] = v: a block at a traced offset
     elif not unique and _rows_of_permutations(arrays, bshape):
         unique = True   # np.put_along_axis(z, np.argsort(x, axis=1), v, axis=1)
+    elif not unique and traced and _open_mesh_distinct(arrays, bshape):
+        unique = True   # y[np.ix_(i + np.arange(4), j + np.arange(5))] = p: a 2-d block
     if consts and not unique:
         rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
         unique = len(np.unique(rows, axis=0)) == rows.shape[0]
@@ -822,6 +824,32 @@ def _shifted_distinct(t):
         return False
     c = np.asarray(g[parts[consts.index(True)]]["attrs"]["value"])
     return c.size == int(math.prod(t.shape)) and np.unique(c).size == c.size
+
+
+def _open_mesh_distinct(arrays, bshape):
+    """An open mesh (np.ix_, or i[:, None] with j): each array varies along its own axes of
+    the key's shape, which no other array varies along, and holds distinct entries (constant
+    ones, or a traced offset plus distinct constants): every selected position is distinct."""
+    owned = set()
+    for a in arrays:
+        shape = tuple(np.shape(a))
+        shape = (1,) * (len(bshape) - len(shape)) + shape
+        axes = {i for i, d in enumerate(shape) if d > 1}
+        if axes & owned:
+            return False
+        owned |= axes
+        if not isinstance(a, Tracer):
+            if np.unique(np.asarray(a)).size != np.asarray(a).size:
+                return False
+            continue
+        g, n = a.ctx.graph, a.id
+        # (i + np.arange(4))[:, None] or a reshape of it: the same entries
+        while g[n]["op"] == "reshape" or (g[n]["op"] == "slice" and all(
+                k is None or k == slice(None) for k in g[n]["attrs"]["index"])):
+            n = g.args(n)[0]
+        if int(math.prod(a.shape)) > 1 and not _shifted_distinct(Tracer(a.ctx, n)):
+            return False
+    return owned == {i for i, d in enumerate(bshape) if d > 1}
 
 
 def _is_permutation(t):
