@@ -244,6 +244,12 @@ def _scatter_add(g, *idx, key, shape, unique=False):
     z = np.zeros(shape, dtype=g.dtype)
     if unique:      # no position repeats (a permutation, constant distinct rows): assign
         z[_build_key(key, idx)] = g
+    elif g.dtype == np.float64 and type(g) is np.ndarray and any(k[0] == "s" for k in key):
+        # np.bincount adds in the same order as np.add.at, 3x faster where the key holds
+        # slices (an im2col backward, x[:, :, idx]); NumPy's add.at is fast for index arrays
+        pos = np.arange(z.size).reshape(shape)[_build_key(key, idx)]
+        z = np.bincount(pos.reshape(-1), np.broadcast_to(g, pos.shape).reshape(-1),
+                        minlength=z.size).reshape(shape)
     else:
         np.add.at(z, _build_key(key, idx), g)
     return z
