@@ -165,7 +165,7 @@ def test_a_budget_below_the_programs_minimum_names_the_minimum():
             tot = tot + np.sum(h ** 2)
         return tot
     with pytest.raises(adjit.BudgetError, match=r"at least memory_budget=\d+"):
-        adjit.grad(rnn, backend="numpy", memory_budget=20000)(W, xs)
+        adjit.grad(rnn, backend="numpy", memory_budget=12000)(W, xs)
 
 
 
