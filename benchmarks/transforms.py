@@ -125,7 +125,8 @@ def torch_versions(torch):
         h = torch.tanh(x @ W1 + b1)
         z = h @ W2 + b2
         z = z - torch.max(z)
-        return -(z[y] - torch.log(torch.sum(torch.exp(z))))
+        # z[y] of a mapped 0-d y is refused by torch.func.vmap: a gather instead
+        return -(z.gather(0, y.reshape(1))[0] - torch.log(torch.sum(torch.exp(z))))
     return {"hessian": func.hessian(rosen), "jacobian": func.jacrev(sq),
             "perexample": func.vmap(func.grad(loss), in_dims=(None, 0, 0))}
 

@@ -901,9 +901,9 @@ def _make_jacobian(fn, argnums, has_aux, static, compile_options):
                     **compile_options)
 
 
-# the elements of the largest intermediate of one chunk of a Jacobian's stacked sweeps (64 MiB
-# of float64): a bigger Jacobian is built in several chunks
-_STACK_ELEMENTS = 1 << 23
+# the elements of the largest intermediate of one chunk of a Jacobian's stacked sweeps (32 MiB
+# of float64; a backward holds several such at once): a bigger Jacobian is built in chunks
+_STACK_ELEMENTS = 1 << 22
 
 
 def _jacobian_blocks(g, leaves, wrt, n_main):
