@@ -39,6 +39,10 @@ def _reach(start, step):
     return seen
 
 
+def _args_but_stopped(g):
+    return lambda n: () if g[n]["op"] == "stop_gradient" else g.args(n)
+
+
 def _new_inputs(ctx, g):
     out = []
     for i in g.inputs:
@@ -63,8 +67,12 @@ def derive_adjoint(g: Graph, wrt, seed="ones", outputs=None) -> Graph:
     diff_ids = [g.outputs[k] for k in diff]
     wrt_ids = [g.inputs[p] for p in wrt]
     need = _relevant(g, wrt_ids, diff_ids)
-    # custom-rule nodes differentiated here by their rules: the new graph reads their primal
-    custom = {n for n in need if OPS[g[n]["op"]].kind == "custom"}
+    # custom-rule nodes differentiated here by their rules: the new graph reads their primal.
+    # One whose value reaches the outputs only through a stop_gradient (a rule's own call of
+    # the function, `ans = f(x)`, inside the node's primal) is not differentiated here: it
+    # stays a custom node, so a later derivative takes its rule again (as JAX)
+    custom = {n for n in need & _reach(diff_ids, _args_but_stopped(g))
+              if OPS[g[n]["op"]].kind == "custom"}
     ctx = TraceContext()
     with ctx:
         ins = _new_inputs(ctx, g)
@@ -374,6 +382,9 @@ def derive_tangent(g: Graph, wrt) -> Graph:
                 if a not in used:
                     used.add(a)
                     stack.append(a)
+        # custom nodes whose tangent reaches an output (not only through a stop_gradient, as
+        # a rule's own call `ans = f(x)` inside another's primal): those are consumed
+        differentiated = _reach(g.outputs, _args_but_stopped(g))
         for n in g.nodes():
             if n in env:
                 continue
@@ -393,7 +404,7 @@ def derive_tangent(g: Graph, wrt) -> Graph:
                 t = rule(ts, env[n], *[env[a] for a in d["args"]], **d["attrs"])
             if t is not None:
                 tans[n] = t
-            if OPS[d["op"]].kind == "custom":
+            if OPS[d["op"]].kind == "custom" and n in differentiated:
                 # differentiated here by its rule: the new graph reads its primal (replay)
                 env[n] = env[custom_primal(g, n)]
         outs = [env[o] for o in g.outputs]

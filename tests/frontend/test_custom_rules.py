@@ -144,13 +144,32 @@ def test_second_order_matches_central_differences(name, f, x):
     num = np.stack([numgrad(lambda z: gfun(z)[i], x, eps=1e-5) for i in range(x.size)])
     assert _rel(h, num) < 1e-5
     v = np.linspace(-1.0, 1.0, x.size)
-    if name == "custom_vjp of a norm":
-        # fwd's residual is safe_norm(x) itself, a custom_vjp inside the gradient: forward
-        # mode through it is refused (JAX's jvp of grad refuses it too)
+    if name in ("custom_vjp of a norm", "custom_vjp", "custom_vjp second argument", "composed"):
+        # fwd's primal or residual is the function itself (sin_times(x, y), safe_norm(x)), a
+        # custom_vjp inside the gradient: forward mode through it is refused (JAX's jvp of
+        # grad, and its jax.hessian = jacfwd(jacrev), refuse it too)
         with pytest.raises(adjit.GradError, match="adjit.hessian"):
             adjit.hvp(f)(x, v)
         return
     assert np.allclose(adjit.hvp(f)(x, v), h @ v, rtol=1e-10, atol=1e-12)
+
+
+def test_a_jvp_rules_own_call_keeps_its_rule_at_every_order():
+    """A straight-through estimator whose rule calls the function (`ans = ste(x)`): its
+    second derivative takes the rule again, as JAX's (hessian of sum(ste(x) ** 2) is 2, not
+    the 0 of round's own derivative)."""
+    @adjit.custom_jvp
+    def ste(x):
+        return np.round(x)
+
+    @ste.defjvp
+    def _(p, t):
+        return ste(p[0]), t[0]
+    x = np.array([0.3, -1.2, 2.6])
+    np.testing.assert_allclose(adjit.grad(lambda x: np.sum(ste(x) ** 2))(x), 2 * np.round(x))
+    np.testing.assert_allclose(adjit.hessian(lambda x: np.sum(ste(x) ** 2))(x), 2 * np.eye(3))
+    np.testing.assert_allclose(adjit.hessian(lambda x: np.sum(ste(x) * x))(x), 2 * np.eye(3))
+    np.testing.assert_allclose(adjit.hvp(lambda x: np.sum(ste(x) * x))(x, np.ones(3)), 2.0)
 
 
 def test_jvp_uses_the_rules():
