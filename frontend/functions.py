@@ -781,28 +781,40 @@ def traced_positions(x, key):
         return None
     arrays, tkey = advanced_key(x, key)
     shape = OPS["gather"].shape([x.shape] + [np.shape(a) for a in arrays], {"key": tkey})
-    consts = [a for a in arrays if not isinstance(a, Tracer)]
+    # each array's axis length: positions p and p - n are the same element (NumPy wraps
+    # negative indices), so entries are distinct only as residues modulo it
+    sizes, axis = {}, 0
+    for item in tkey:
+        if item[0] == "a":
+            sizes[item[1]] = int(x.shape[axis])
+        if item[0] != "n":
+            axis += 1
+    lengths = [sizes[k] for k in range(len(arrays))]
+    consts = [(a, n) for a, n in zip(arrays, lengths) if not isinstance(a, Tracer)]
     bshape = np.broadcast_shapes(*[np.shape(a) for a in arrays])
     unique = int(math.prod(bshape)) <= 1  # x[np.argmax(x)] = 0: one position
     if len(arrays) == 1 and _is_permutation(arrays[0]):
         unique = True   # ranks[np.argsort(-s)] = np.arange(n): a permutation never repeats
-    traced = [a for a in arrays if isinstance(a, Tracer)]
-    if not unique and len(traced) == 1 and tuple(traced[0].shape) == tuple(bshape) and \
-            _shifted_distinct(traced[0]):
+    traced = [(a, n) for a, n in zip(arrays, lengths) if isinstance(a, Tracer)]
+    if not unique and len(traced) == 1 and tuple(traced[0][0].shape) == tuple(bshape) and \
+            _shifted_distinct(*traced[0]):
         unique = True   # J[k, 3 * i + np.arange(3)] = v: a block at a traced offset
     elif not unique and _rows_of_permutations(arrays, bshape):
         unique = True   # np.put_along_axis(z, np.argsort(x, axis=1), v, axis=1)
-    elif not unique and traced and _open_mesh_distinct(arrays, bshape):
+    elif not unique and traced and _open_mesh_distinct(arrays, lengths, bshape):
         unique = True   # y[np.ix_(i + np.arange(4), j + np.arange(5))] = p: a 2-d block
     if consts and not unique:
-        rows = np.stack([np.broadcast_to(c, bshape).reshape(-1) for c in consts], axis=1)
+        rows = np.stack([np.broadcast_to(np.mod(c, n), bshape).reshape(-1) for c, n in consts],
+                        axis=1)
         unique = len(np.unique(rows, axis=0)) == rows.shape[0]
     return arrays, tkey, tuple(int(d) for d in shape), unique
 
 
-def _shifted_distinct(t):
-    """Is t one traced number plus (or minus) a constant array of distinct entries (3 * i +
-    np.arange(3), a parameter block at a traced offset)? Its entries are then distinct."""
+def _shifted_distinct(t, n):
+    """Is t one traced number plus (or minus) a constant array of entries distinct modulo n,
+    the length of the axis it indexes (3 * i + np.arange(3), a parameter block at a traced
+    offset)? Its positions are then distinct, whatever the offset (NumPy wraps a negative
+    one: i - 2 + np.arange(4) on 3 rows would write row 1 twice)."""
     g = t.ctx.graph
     d = g[t.id]
     if d["op"] not in ("add", "sub") or len(d["args"]) != 2:
@@ -823,15 +835,16 @@ def _shifted_distinct(t):
     if sorted(consts) != [False, True] or sizes[consts.index(False)] != 1:
         return False
     c = np.asarray(g[parts[consts.index(True)]]["attrs"]["value"])
-    return c.size == int(math.prod(t.shape)) and np.unique(c).size == c.size
+    return c.size == int(math.prod(t.shape)) and np.unique(np.mod(c, n)).size == c.size
 
 
-def _open_mesh_distinct(arrays, bshape):
+def _open_mesh_distinct(arrays, lengths, bshape):
     """An open mesh (np.ix_, or i[:, None] with j): each array varies along its own axes of
-    the key's shape, which no other array varies along, and holds distinct entries (constant
-    ones, or a traced offset plus distinct constants): every selected position is distinct."""
+    the key's shape, which no other array varies along, and holds entries distinct modulo
+    its axis length (constant ones, or a traced offset plus such constants): every selected
+    position is distinct."""
     owned = set()
-    for a in arrays:
+    for a, n in zip(arrays, lengths):
         shape = tuple(np.shape(a))
         shape = (1,) * (len(bshape) - len(shape)) + shape
         axes = {i for i, d in enumerate(shape) if d > 1}
@@ -839,15 +852,15 @@ def _open_mesh_distinct(arrays, bshape):
             return False
         owned |= axes
         if not isinstance(a, Tracer):
-            if np.unique(np.asarray(a)).size != np.asarray(a).size:
+            if np.unique(np.mod(np.asarray(a), n)).size != np.asarray(a).size:
                 return False
             continue
-        g, n = a.ctx.graph, a.id
+        g, node = a.ctx.graph, a.id
         # (i + np.arange(4))[:, None] or a reshape of it: the same entries
-        while g[n]["op"] == "reshape" or (g[n]["op"] == "slice" and all(
-                k is None or k == slice(None) for k in g[n]["attrs"]["index"])):
-            n = g.args(n)[0]
-        if int(math.prod(a.shape)) > 1 and not _shifted_distinct(Tracer(a.ctx, n)):
+        while g[node]["op"] == "reshape" or (g[node]["op"] == "slice" and all(
+                k is None or k == slice(None) for k in g[node]["attrs"]["index"])):
+            node = g.args(node)[0]
+        if int(math.prod(a.shape)) > 1 and not _shifted_distinct(Tracer(a.ctx, node), n):
             return False
     return owned == {i for i, d in enumerate(bshape) if d > 1}
 
