@@ -628,6 +628,11 @@ def traced_value(b):
     owner = _owner(b)
     if owner._shadow is None:
         return None
+    if getattr(owner, "_fortran", False):
+        # made Fortran-ordered (np.zeros(shape, order="F")): what is computed from its value
+        # has that layout, which a later order='A'/'K' read would need (refused there,
+        # numpy_api._transposed_upstream)
+        owner._shadow.ctx.graph.meta.setdefault("fortran_nodes", set()).add(owner._shadow.id)
     return owner._shadow if owner is b else _view_value(b, owner)
 
 

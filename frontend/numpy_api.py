@@ -27,7 +27,7 @@ from . import statistics as S
 from . import decompositions as LD
 from . import complex as CX
 from . import scipy_stats as SS
-from .tracer import _scalar, Tracer, _at, current, user_where
+from .tracer import _scalar, Tracer, _at, _at_lib, current, user_where
 
 
 UFUNCS = {
@@ -270,6 +270,16 @@ def _fortran_copy(t):
     return F.transpose(F.transpose(t).copy_())
 
 
+def _like_layout(r, a, order):
+    """np.zeros_like & co. lay the result out as the prototype (order 'K', 'A') or as asked:
+    a Fortran-ordered one is represented as _fortran_copy makes it."""
+    if not isinstance(r, Tracer) or r.ndim < 2 or not isinstance(a, Tracer):
+        return r
+    if order == "F" or (order in ("A", "K") and _f_contiguous(a) and not _c_contiguous(a)):
+        return _fortran_copy(r)
+    return r
+
+
 def _c_contiguous(t) -> bool:
     return not _strided(t, "C")
 
@@ -303,6 +313,7 @@ def _transposed_upstream(t):
     walks each node once."""
     g = t.ctx.graph
     memo = g.__dict__.setdefault("_transposed_memo", {})
+    fortran = g.meta.get("fortran_nodes", ())     # arrays made Fortran-ordered (buffer.py)
     stack = [t.id]
     while stack:
         n = stack[-1]
@@ -310,7 +321,7 @@ def _transposed_upstream(t):
             stack.pop()
             continue
         d = g[n]
-        if (d["op"] == "input" and d["attrs"].get("fortran")) or (
+        if (d["op"] == "input" and d["attrs"].get("fortran")) or n in fortran or (
                 d["op"] == "transpose" and tuple(d["attrs"]["perm"]) != tuple(
                     range(len(d["attrs"]["perm"])))) or (
                 d["op"] == "slice" and any(isinstance(k, slice) and (k.step or 1) < 0
@@ -802,12 +813,14 @@ def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
 FUNCTIONS.update({
     np.size: lambda a, axis=None: a.size if axis is None else F._shape_of(a)[axis],
     np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None:
-        F.full_like(a, fill_value, dtype) if shape is None
+        _like_layout(F.full_like(a, fill_value, dtype), a, order) if shape is None
         else _full_shape(a, fill_value, dtype, shape),
     np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None:
-        F.zeros_like(a, dtype) if shape is None else _full_shape(a, 0, dtype, shape),
+        _like_layout(F.zeros_like(a, dtype), a, order) if shape is None
+        else _full_shape(a, 0, dtype, shape),
     np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None:
-        F.ones_like(a, dtype) if shape is None else _full_shape(a, 1, dtype, shape),
+        _like_layout(F.ones_like(a, dtype), a, order) if shape is None
+        else _full_shape(a, 1, dtype, shape),
     np.swapaxes: lambda a, axis1, axis2: F.swapaxes(a, axis1, axis2),
     np.argsort: _argsort, np.sort: lambda a, axis=-1, kind=None, order=None, *, stable=None:
         C.sort(a, axis, kind, order),
@@ -994,7 +1007,7 @@ def _weak_number(x):
 
 def _unsupported(name):
     raise UnsupportedError(
-        f"np.{name} is not supported by adjit{_at(user_where())}. Write it with supported "
+        f"np.{name} is not supported by adjit{_at_lib(user_where())}. Write it with supported "
         "NumPy operations (see adjit.frontend.numpy_api.FUNCTIONS and UFUNCS), or with "
         "adjit.where for data-dependent choices.")
 
@@ -1738,7 +1751,7 @@ def _scipy_result_dtype(ufunc, inputs):
 
 
 def _unsupported_other(what):
-    raise UnsupportedError(f"{what} is not supported by adjit{_at(user_where())}. Write it "
+    raise UnsupportedError(f"{what} is not supported by adjit{_at_lib(user_where())}. Write it "
                            "with the NumPy functions adjit supports (see "
                            "adjit.frontend.numpy_api.FUNCTIONS and UFUNCS).")
 

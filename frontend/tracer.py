@@ -233,12 +233,15 @@ def base_probe(t) -> np.ndarray:
 
 
 def _at(where) -> str:
-    if where is None:
-        return ""
-    lib = _library_call()
-    if lib is None:
-        return f" at {where}"
-    return f" at {where}{_inside(lib)}"
+    return f" at {where}" if where is not None else ""
+
+
+def _at_lib(where) -> str:
+    """_at(where), naming the NumPy function the user called when the caller runs inside
+    NumPy's own Python code: for the errors of a value adjit cannot give there (a bool, a
+    concrete array, an unsupported function), not for a user's shape or axis mistake."""
+    lib = _library_call() if where is not None else None
+    return _at(where) + (_inside(lib) if lib is not None else "")
 
 
 def _inside(lib):
@@ -730,7 +733,7 @@ class Tracer:
             # no trace runs: the value escaped one (model.params = params inside the loss)
             raise TraceError(
                 f"{what}: an array traced inside a function was used after that function's "
-                f"trace ended{_at(w)}; a traced value escaped (stored in an object attribute, "
+                f"trace ended{_at_lib(w)}; a traced value escaped (stored in an object attribute, "
                 "a global or a container: after adjit.grad, the model's attributes set inside "
                 "the loss still hold traced values). Return the values you need from the "
                 "traced function (has_aux=True for a gradient) and set them outside.")
@@ -738,7 +741,7 @@ class Tracer:
         if testing is not None:
             raise TraceError(
                 f"np.testing.{testing} checks numbers, and a traced value has none while "
-                f"tracing{_at(w)}. Check the values the compiled function returns, outside it "
+                f"tracing{_at_lib(w)}. Check the values the compiled function returns, outside it "
                 "(return them, with has_aux=True for a gradient), or leave the assertion out "
                 "of the traced function.")
         from .functions import _is_weak
@@ -749,7 +752,7 @@ class Tracer:
             which = (f"the value of the argument {d['name']!r}" if d["op"] == "input"
                      else "a value computed from Python int arguments")
             raise TraceError(
-                f"{what} needs {which}{_at(w)}, but arguments are traced: their "
+                f"{what} needs {which}{_at_lib(w)}, but arguments are traced: their "
                 "values are not known while tracing. A Python int that sets an axis, a shape, "
                 "a count or a position is configuration: mark it static (static_argnums=...) "
                 "or make it keyword-only (def f(x, *, axis=1)), one program per value (a "
@@ -762,8 +765,8 @@ class Tracer:
         if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
                                                                           "int")):
             raise TraceError(
-                f"{dot}a traced value is stored into a NumPy array{_at(w)}, and a NumPy array can "
-                "only hold numbers. adjit follows float arrays created inside the function "
+                f"{dot}a traced value is stored into a NumPy array{_at_lib(w)}, and a NumPy "
+                "array can only hold numbers. adjit follows float arrays created inside the function "
                 "with np.zeros, np.empty, np.ones, np.full, np.array (or the *_like forms), "
                 "not the constructor np.ndarray(shape) (write np.empty(shape)); create the "
                 "array there (an integer or boolean array cannot hold traced "
@@ -776,12 +779,12 @@ class Tracer:
         if scalar is not None:
             name = scalar.group(1)
             raise TraceError(
-                f"np.{name}(...) of a traced value{_at(w)}: NumPy's scalar types need a number, "
-                f"which a traced value has only when the compiled function runs. Write "
+                f"np.{name}(...) of a traced value{_at_lib(w)}: NumPy's scalar types need a "
+                f"number, which a traced value has only when the compiled function runs. Write "
                 f"x.astype(np.{name}) (a 0-d traced value stays traced) or np.asarray(x, "
                 f"np.{name}).")
         if dot and what.startswith("converting"):
-            raise TraceError(f"X.dot(W) with X a NumPy array and W traced{_at(w)}: NumPy's "
+            raise TraceError(f"X.dot(W) with X a NumPy array and W traced{_at_lib(w)}: NumPy's "
                              "ndarray.dot asks W for its numbers (it does not hand the call to "
                              "adjit); write X @ W or np.dot(X, W).")
         if what.startswith("converting"):
@@ -824,7 +827,7 @@ class Tracer:
                       "or a string: an array cannot be static, so branch on it with np.where).")
         kind = "a traced array" if self.shape else "a traced number"
         err = TraceError(f"{what} needs the value of {kind}, which is not known while "
-                         f"tracing{_at(w)}. {advice}")
+                         f"tracing{_at_lib(w)}. {advice}")
         err.where = w
         raise err
 
