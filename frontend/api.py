@@ -19,7 +19,7 @@ from ..ir.errors import GradError, OptionError, ShapeError
 from ..ir.ops import OPS
 from . import functions as F
 from . import pytree
-from .batching import replay_batched, unstacked
+from .batching import live_nodes, replay_batched, unstacked
 from .trace import _arg_strides, check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
@@ -925,16 +925,16 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
         lin = derive_tangent(g, wrt)
         seeded, got = ins, range(n_main)
     total = sum(map(size, seeded))
+    varying, live = set(lin.inputs[len(leaves):]), live_nodes(lin)
+    for n in lin.nodes():
+        if n in live and any(a in varying for a in lin.args(n)):
+            varying.add(n)
     # all basis seeds at once as one stack (frontend/batching.py), in chunks that keep the
-    # largest stacked intermediate near _STACK_ELEMENTS
-    widest = max([int(math.prod(lin[n]["shape"])) for n in lin.nodes()] + [1])
+    # largest stacked intermediate near _STACK_ELEMENTS (the shared ones are not stacked)
+    widest = max([int(math.prod(lin[n]["shape"])) for n in varying] + [1])
     chunk = max(1, min(total, _STACK_ELEMENTS // widest))
     eye_rows = lambda lo, hi, d, off: np.eye(hi - lo, size(d), lo - off,  # noqa: E731
                                              dtype=d["dtype"])
-    varying = set(lin.inputs[len(leaves):])
-    for n in lin.nodes():
-        if any(a in varying for a in lin.args(n)):
-            varying.add(n)
     shared, pieces = None, [[] for _ in got]
     for lo in range(0, total, chunk):
         hi, off, seeds = min(total, lo + chunk), 0, []
@@ -1176,6 +1176,10 @@ def _vmap_traced(fn, in_axes, out_axes, static):
                     raise ShapeError(f"vmap of {name}: in_axes {a} for {path}, which has shape "
                                      f"{shape}: there is no such axis to map over")
                 a %= len(shape)
+                if shape[a] == 0:
+                    raise ShapeError(f"vmap of {name}: the mapped axis of {path} has length 0; "
+                                     "adjit traces fn on one element of the stack, so it needs "
+                                     "at least one")
                 xt = x if isinstance(x, Tracer) else F.lift(np.asarray(x),
                                                              np.asarray(x).dtype, current())
                 moved = F.transpose(xt, (a,) + tuple(k for k in range(len(shape)) if k != a))
@@ -1194,9 +1198,6 @@ def _vmap_traced(fn, in_axes, out_axes, static):
                 raise ShapeError(f"vmap of {name}: the mapped axes differ in size: "
                                  f"{sizes[0][1]} has {n}, {path} has {m}; every mapped "
                                  "axis must have the same length")
-        if n == 0:
-            raise ShapeError(f"vmap of {name}: the mapped axis has length 0; adjit traces fn "
-                             "on one element of the stack, so it needs at least one")
         g = trace(fn, *example, static_argnums=static)
         inputs = [x if isinstance(x, Tracer) else F.lift(x, g[nid]["dtype"], current())
                   for x, nid in zip(full, g.inputs)] + list(g.meta.get("captured", ()))

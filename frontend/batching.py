@@ -27,8 +27,9 @@ def replay_batched(graph, inputs, batched, n, env=None):
     for nid, x, b in zip(graph.inputs, inputs, batched):
         env[nid], stacked[nid] = x, bool(b)
     ctx = current() or (inputs[0].ctx if inputs else None)
+    live = live_nodes(graph)
     for nid in graph.nodes():
-        if nid in env:
+        if nid in env or nid not in live:
             continue
         d = graph[nid]
         xs = [env[a] for a in d["args"]]
@@ -40,6 +41,18 @@ def replay_batched(graph, inputs, batched, n, env=None):
                 env[nid] = _batched(d, xs, bs, n)
         stacked[nid] = any(bs)
     return [env[o] for o in graph.outputs], [stacked[o] for o in graph.outputs], env
+
+
+def live_nodes(graph):
+    """The nodes the outputs depend on (a VJP rule also emits the cotangents of arguments
+    that need none: a constant matrix's, n x n, dead until simplification removes it)."""
+    live, todo = set(graph.outputs), list(graph.outputs)
+    while todo:
+        for a in graph.args(todo.pop()):
+            if a not in live:
+                live.add(a)
+                todo.append(a)
+    return live
 
 
 def _batched(d, xs, bs, n):

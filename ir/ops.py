@@ -1911,6 +1911,9 @@ OPS["place_add"].batch = lambda n, xs, b, a: _emit(
     "place_add", [_stacked(n, x, bi) for x, bi in zip(xs, b)],
     {"indices": tuple(_lead(ix) for ix in a["indices"]), "shape": (n,) + tuple(a["shape"])})
 OPS["matmul"].batch = _batch_matmul
+# positions of stacked values in one shared sorted array (np.interp, np.digitize in a vmap);
+# a stacked sorted array is searched once per element
+OPS["searchsorted"].batch = lambda n, xs, b, a: None if b[0] else _emit("searchsorted", xs, a)
 OPS["gather"].batch = _batch_gather
 OPS["scatter_add"].batch = _batch_scatter_add
 

@@ -18,8 +18,8 @@ IDS = [f"{n}-{k}" for n, k, _, _ in CASES]
 FIRST = [c for c in CASES if c[1] == 0]
 FIRST_IDS = [f"{n}" for n, _, _, _ in FIRST]
 # ops applied once per element of the stack (no batch rule): a 1-d correlation, the segment
-# extremes' np.maximum.at, a binary search, the custom rules' nodes (removed after autodiff)
-UNROLLED = {"correlate", "extreme_at", "searchsorted", "custom_vjp", "custom_jvp"}
+# extremes' np.maximum.at, the custom rules' nodes (removed after autodiff)
+UNROLLED = {"correlate", "extreme_at", "custom_vjp", "custom_jvp"}
 N = 3
 
 
@@ -73,7 +73,7 @@ def test_per_example_gradients_match_a_loop(name, k, fn, spec):
 
 @pytest.mark.parametrize("name,k,fn,spec", FIRST, ids=FIRST_IDS)
 def test_a_batch_rule_keeps_the_program_size(name, k, fn, spec):
-    if name in UNROLLED:
+    if name in UNROLLED or name == "searchsorted":     # (its row's sorted array is mapped)
         pytest.skip("applied once per element")
     sizes = [len(adjit.vmap(fn).trace(*_stack(spec, n)).nodes()) for n in (2, 5)]
     assert sizes[0] == sizes[1]
@@ -139,6 +139,31 @@ def test_vmap_refusals_name_the_problem():
         adjit.vmap(lambda a: a, in_axes="0")
     with pytest.raises(OptionError, match="takes no has_aux"):
         adjit.vmap(lambda a: a, has_aux=True)
+    with pytest.raises(ShapeError, match="has length 0"):
+        adjit.vmap(np.sin)(np.zeros((0, 3)))
+
+
+def test_a_search_in_a_shared_sorted_array_is_one_search():
+    knots, vals = np.linspace(0.0, 1.0, 11), np.linspace(0.0, 1.0, 11) ** 2
+    f = adjit.vmap(lambda v: np.interp(v, knots, vals))
+    sizes = [len(f.trace(np.full((n, 3), 0.5)).nodes()) for n in (2, 9)]
+    assert sizes[0] == sizes[1]
+    v = np.random.default_rng(5).uniform(size=(6, 3))
+    np.testing.assert_allclose(f(v), np.interp(v, knots, vals), rtol=1e-14)
+
+
+def test_a_shared_constant_matrix_does_not_split_the_jacobian():
+    # the chunk size counts the stacked intermediates only, not a shared n x n constant
+    n = 300
+    K = np.random.default_rng(6).normal(size=(n, n)) / n
+    h = adjit.hessian(lambda x: np.sin(x) @ K @ x)
+    assert n * n * n > api._STACK_ELEMENTS      # a count of the constant would split it
+    sizes = [len(adjit.hessian(lambda x: np.sin(x) @ K[:m, :m] @ x, backend="numpy")
+                 .lower(np.ones(m)).graph.nodes()) for m in (200, n)]
+    assert sizes[0] == sizes[1]
+    x = np.random.default_rng(7).normal(size=n)
+    want = K * np.cos(x)[:, None] + K.T * np.cos(x)[None, :] - np.diag(np.sin(x) * (K @ x))
+    np.testing.assert_allclose(h(x), want, rtol=1e-10, atol=1e-12)
 
 
 def test_hessian_is_one_sweep_whatever_the_size():

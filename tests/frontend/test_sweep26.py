@@ -157,3 +157,64 @@ def test_scatter_add_through_bincount_equals_add_at(key, shape, gshape):
     got = _scatter_add(g, idx, key=key, shape=shape)
     np.testing.assert_array_equal(got, ref)
     assert got.dtype == np.float64
+
+
+# -- second round (testers D and E) ------------------------------------------------------------
+def test_blocks_whose_positions_wrap_onto_each_other_are_refused():
+    # NumPy wraps a negative position: i - 2 + np.arange(4) on 3 rows writes row 1 twice,
+    # and np.array([0, -3]) names row 0 twice (the last write wins there; adjit added them)
+    p = np.arange(1.0, 5.0)
+
+    def block(p, i):
+        y = np.zeros(3)
+        y[i + np.arange(4)] = p
+        return y
+
+    def mesh(p, i):
+        y = np.zeros((3, 2))
+        y[(i + np.arange(4))[:, None], np.arange(2)] = p[:, None] * np.ones(2)
+        return y
+
+    def rows(p, j):
+        y = np.zeros((3, 4))
+        y[np.ix_(np.array([0, -3]), j + np.arange(2))] = p.reshape(2, 2)
+        return y
+    for f, a in ((mesh, -2), (rows, 1)):
+        with pytest.raises(UnsupportedError, match="may repeat"):
+            adjit.compile(f)(p, np.int64(a))
+    # one axis: written one position after another, the last write wins as in NumPy
+    np.testing.assert_array_equal(adjit.compile(block)(p, np.int64(-2)), block(p, -2))
+    g = adjit.grad(lambda p, i: np.sum(block(p, i) * np.arange(1.0, 4.0)))(p, np.int64(-2))
+    np.testing.assert_array_equal(g, [0.0, 3.0, 1.0, 2.0])     # p[0] is overwritten
+
+    def fits(p, i):     # four distinct rows of five, whatever the offset's sign
+        y = np.zeros(5)
+        y[i + np.arange(4)] = p
+        return y
+    for i in (-3, 0, 1):
+        np.testing.assert_array_equal(adjit.compile(fits)(p, np.int64(i)), fits(p, i))
+
+
+@pytest.mark.parametrize("how", ["copy", "copy-K", "array", "view", "columns", "product",
+                                 "sin", "astype"])
+def test_values_computed_from_a_fortran_array_made_inside_refuse_memory_order_reads(how):
+    def f(A):
+        y = np.zeros((2, 3), order="F")
+        y[:] = A
+        z = {"copy": lambda: np.copy(y), "copy-K": lambda: y.copy("K"),
+             "array": lambda: np.array(y), "view": lambda: y[:], "columns": lambda: y[:, :2],
+             "product": lambda: y * 2, "sin": lambda: np.sin(y),
+             "astype": lambda: y.astype(np.float32)}[how]()
+        return z.ravel("K")
+    with pytest.raises(UnsupportedError, match="order='K'"):
+        adjit.compile(f)(A)
+
+
+def test_a_users_shape_mistake_on_an_array_made_inside_is_not_blamed_on_numpy():
+    def f(x):
+        y = np.zeros(6)
+        y[:] = x
+        return np.reshape(y, (4, 4))
+    with pytest.raises(adjit.ShapeError) as e:
+        adjit.compile(f)(np.ones(6))
+    assert "inside numpy" not in str(e.value)
