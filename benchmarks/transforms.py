@@ -15,8 +15,9 @@ Programs (float64):
              einsum (outer products of each example's activations and deltas)
 Each row checks adjit's result against the NumPy one (rtol 1e-9); a failed check prints a
 MISMATCH line. compile = adjit's first call (trace, passes, codegen, first run); the times
-are medians of --repeat calls after warm-up (benchmarks/common.py). BLAS, XLA and PyTorch use
-one thread unless --threads is given. A peer that is not installed is skipped with a line.
+are medians of --repeat calls after warm-up (benchmarks/common.py), with glibc's malloc tuned
+as the `adjit` command tunes it (for every peer alike). BLAS, XLA and PyTorch use one thread
+unless --threads is given. A peer that is not installed is skipped with a line.
 """
 import os
 import sys
@@ -46,7 +47,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine, median_ms, optional, table  # noqa: E402
+from common import machine, median_ms, optional, table, tune_malloc  # noqa: E402
 
 import adjit  # noqa: E402
 
@@ -138,6 +139,9 @@ def main():
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     print("\n".join(machine()))
+    # as the adjit command does (benchmarks/common.py): without it, a 160,000-element Hessian
+    # page-faults its fresh arrays in on every call once glibc's mmap threshold is low
+    print(f"glibc malloc tuned: {tune_malloc()}")
     jax = optional("jax")
     jx = tj = None
     if jax is not None:
