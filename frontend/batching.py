@@ -58,7 +58,7 @@ def live_nodes(graph):
 def _batched(d, xs, bs, n):
     rule = OPS[d["op"]].batch
     out = rule(n, xs, bs, d["attrs"]) if rule is not None else None
-    if out is None:     # no rule (a factorization, an FFT), or none for these arguments
+    if out is None:     # no rule (a 1-d correlation, np.maximum.at), or none for these arguments
         out = F.stack([xs[0].ctx.emit(d["op"], [F.slice_(x, (i,)) if b else x
                                                 for x, b in zip(xs, bs)], d["attrs"])
                        for i in range(n)])
