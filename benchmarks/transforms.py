@@ -22,31 +22,14 @@ unless --threads is given. A peer that is not installed is skipped with a line.
 import os
 import sys
 
-
-def _threads_from_argv(argv):
-    for i, a in enumerate(argv):
-        if a == "--threads" and i + 1 < len(argv):
-            return int(argv[i + 1])
-        if a.startswith("--threads="):
-            return int(a.split("=", 1)[1])
-    return None
-
-
-# Thread counts must be set before NumPy (OpenBLAS), numba and XLA are imported.
-_THREADS = _threads_from_argv(sys.argv)
-_T = str(_THREADS or 1)
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ[_var] = _T
-if _THREADS is None or _THREADS == 1:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
-                               "false intra_op_parallelism_threads=1").strip()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import threads  # noqa: E402,F401 - sets the thread counts before NumPy is imported
 
 import argparse  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import machine, median_ms, optional, table, tune_malloc  # noqa: E402
 
 import adjit  # noqa: E402

@@ -4,19 +4,11 @@ data-dependent index functions, the scatter of an im2col backward."""
 import numpy as np
 import numpy.polynomial as P
 import pytest
+from finite_differences import numgrad as _fd
 
 import adjit
 from adjit.ir.errors import TraceError, UnsupportedError
 from adjit.ir.ops import _scatter_add
-
-
-def _fd(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        d = np.zeros_like(x)
-        d[i] = eps
-        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
-    return g
 
 
 A = np.arange(6.0).reshape(2, 3)
