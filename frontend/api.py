@@ -16,10 +16,10 @@ import os
 import numpy as np
 
 from ..ir.errors import GradError, OptionError, ShapeError
-from ..ir.ops import OPS
+from ..ir.ops import OPS, with_stack
 from . import functions as F
 from . import pytree
-from .batching import live_nodes, replay_batched, unstacked
+from .batching import live_nodes, replay_batched
 from .trace import _arg_strides, check_differentiable, leaf_spec, replay, trace
 from .tracer import Tracer, current
 
@@ -948,7 +948,7 @@ def _jacobian_blocks(g, leaves, wrt, n_main):
             shared = {n: t for n, t in env.items() if n not in varying}
         for j in got:
             r = len(g.outputs) + j
-            pieces[j].append(unstacked(res[r], stacked[r], hi - lo))
+            pieces[j].append(with_stack(hi - lo, res[r], stacked[r]))
     full = [p[0] if len(p) == 1 else F.concatenate(p, 0) for p in pieces]
     parts = [[None] * len(wrt) for _ in outs]
     off = 0
@@ -1214,7 +1214,7 @@ def _vmap_traced(fn, in_axes, out_axes, static):
                         "does not depend on the mapped arguments")
                 result.append(y)
                 continue
-            y = unstacked(y, b, n)
+            y = with_stack(n, y, b)
             nd = y.ndim
             if not -nd <= a < nd:
                 raise ShapeError(f"vmap of {name}: out_axes {a} for output {k} of shape "

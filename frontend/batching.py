@@ -66,7 +66,3 @@ def _batched(d, xs, bs, n):
     assert tuple(out.shape) == want and out.dtype == d["dtype"], (d["op"], out.shape, want)
     return out
 
-
-def unstacked(x, stacked, n):
-    """x with the stack axis: an output the same for all n is broadcast."""
-    return x if stacked else F.broadcast_to(x, (n,) + tuple(x.shape))

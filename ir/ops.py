@@ -244,12 +244,6 @@ def _scatter_add(g, *idx, key, shape, unique=False):
     z = np.zeros(shape, dtype=g.dtype)
     if unique:      # no position repeats (a permutation, constant distinct rows): assign
         z[_build_key(key, idx)] = g
-    elif g.dtype == np.float64 and type(g) is np.ndarray and any(k[0] == "s" for k in key):
-        # np.bincount adds in the same order as np.add.at, 3x faster where the key holds
-        # slices (an im2col backward, x[:, :, idx]); NumPy's add.at is fast for index arrays
-        pos = np.arange(z.size).reshape(shape)[_build_key(key, idx)]
-        z = np.bincount(pos.reshape(-1), np.broadcast_to(g, pos.shape).reshape(-1),
-                        minlength=z.size).reshape(shape)
     else:
         np.add.at(z, _build_key(key, idx), g)
     return z
@@ -1747,14 +1741,15 @@ def _emit(op, xs, attrs):
     return xs[0].ctx.emit(op, list(xs), attrs)
 
 
-def _stacked(n, x, b):
-    """x with the leading stack axis: shared ones read n times (a broadcast view)."""
+def with_stack(n, x, b):
+    """x with the leading stack axis of n (b: it has it): a shared one is read n times (a
+    broadcast view). Also the stacked form of a result the same for all n (frontend/api.py)."""
     return x if b else F.broadcast_to(x, (n,) + tuple(x.shape))
 
 
 def _batch_map(op):
     def rule(n, xs, batched, attrs):        # elementwise arguments share one shape
-        return _emit(op, [_stacked(n, x, b) for x, b in zip(xs, batched)], attrs)
+        return _emit(op, [with_stack(n, x, b) for x, b in zip(xs, batched)], attrs)
     return rule
 
 
@@ -1766,7 +1761,7 @@ def _batch_axis_attr(op, key="axis"):
         a = dict(attrs)
         ax = a[key]
         a[key] = tuple(up(i) for i in ax) if isinstance(ax, (tuple, list)) else up(ax)
-        return _emit(op, [_stacked(n, x, b) for x, b in zip(xs, batched)], a)
+        return _emit(op, [with_stack(n, x, b) for x, b in zip(xs, batched)], a)
     return rule
 
 
@@ -1815,7 +1810,7 @@ def _batch_solve(op):
     def rule(n, xs, batched, attrs):    # a (..., m, m), b (..., m, k)
         a, b = xs
         if batched[0]:
-            return _emit(op, [a, _stacked(n, b, batched[1])], attrs)
+            return _emit(op, [a, with_stack(n, b, batched[1])], attrs)
         return _fold_right(op, n, a, b, attrs)
     return rule
 
@@ -1860,7 +1855,7 @@ def _batch_gather(n, xs, batched, attrs):
         p = _stack_position(x.shape[1:], attrs["key"], [i.shape for i in idx], n)
         return _to_front(_emit("gather", [x] + list(idx), {**attrs, "key": key}), p)
     key, arrays, nd, before = _stacked_key(n, attrs["key"], idx, batched[1:])
-    out = _emit("gather", [_stacked(n, x, batched[0])] + arrays, {**attrs, "key": key})
+    out = _emit("gather", [with_stack(n, x, batched[0])] + arrays, {**attrs, "key": key})
     if before:      # (n, *indexed, *before, ...) -> (n, *before, *indexed, ...)
         perm = (0,) + tuple(range(1 + nd, 1 + nd + before)) + tuple(range(1, 1 + nd))
         out = F.transpose(out, perm + tuple(range(len(perm), out.ndim)))
@@ -1869,7 +1864,7 @@ def _batch_gather(n, xs, batched, attrs):
 
 def _batch_scatter_add(n, xs, batched, attrs):
     g, idx = xs[0], xs[1:]
-    g = _stacked(n, g, batched[0])
+    g = with_stack(n, g, batched[0])
     if not any(batched[1:]):
         p = _stack_position(attrs["shape"], attrs["key"], [i.shape for i in idx], n)
         if p:       # g's stack axis where the key's result has it
@@ -1908,7 +1903,7 @@ OPS["slice"].batch = lambda n, xs, b, a: _emit("slice", xs, {"index": _lead(a["i
 OPS["unslice"].batch = lambda n, xs, b, a: _emit("unslice", xs, {
     "index": _lead(a["index"]), "shape": (n,) + tuple(a["shape"])})
 OPS["place_add"].batch = lambda n, xs, b, a: _emit(
-    "place_add", [_stacked(n, x, bi) for x, bi in zip(xs, b)],
+    "place_add", [with_stack(n, x, bi) for x, bi in zip(xs, b)],
     {"indices": tuple(_lead(ix) for ix in a["indices"]), "shape": (n,) + tuple(a["shape"])})
 OPS["matmul"].batch = _batch_matmul
 # positions of stacked values in one shared sorted array (np.interp, np.digitize in a vmap);
