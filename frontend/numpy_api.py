@@ -5,6 +5,7 @@ them raises UnsupportedError naming the NumPy function and the user's line.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -2289,6 +2290,9 @@ _RANDOM = ("rand", "randn", "random", "random_sample", "uniform", "normal", "cho
 def _warning_random(orig, name):
     @functools.wraps(orig)
     def fn(*args, **kwargs):
+        if name in ("shuffle", "permutation") and len(args) == 1 and not kwargs and \
+                isinstance(args[0], (Tracer, B.Buffer)) and len(F._shape_of(args[0])):
+            return _permuting(args[0], name)
         if any(_holds_tracer(a) for a in (*args, *kwargs.values())):
             hint = ("; to sample from traced probabilities p, pass uniform noise u in and take "
                     "np.argmax(np.log(p) - np.log(-np.log(u))) (Gumbel-max), or "
@@ -2304,6 +2308,38 @@ def _warning_random(orig, name):
                       "in as arguments", AdjitWarning, stacklevel=2)
         return orig(*args, **kwargs)
     return fn
+
+
+def _permuting(x, name):
+    """np.random.shuffle(x) / np.random.permutation(x) of a traced array: the order is drawn
+    now (the draws NumPy makes for an array of len(x) rows) and baked in, as every draw while
+    tracing is; the rows of x are then gathered in that order (shuffle writes them back)."""
+    warnings.warn(f"np.random.{name} inside a traced function{_at(user_where())} draws its "
+                  "order once, while adjit traces: every call of the compiled function "
+                  "reuses it (as in JAX). Pass the permutation in as an argument",
+                  AdjitWarning, stacklevel=3)
+    order = _originals[("random", "permutation")](len(x))
+    rows = B.resolve(x)[order]
+    if name == "permutation":
+        return rows
+    x[...] = rows
+    return None
+
+
+_SHUFFLE_WARNING = r"you are shuffling a '(Tracer|Buffer)' object"
+
+
+def _generic_shuffle(e, frames):
+    """A TraceError for rng.shuffle(x) of a traced x (a Generator's method, which adjit cannot
+    wrap): NumPy shuffles only its own arrays in place correctly; on any other array its row
+    swaps go through views and repeat rows. `e` is NumPy's warning raised as an error (see
+    constructors_accept_tracers), `frames` the traceback's, innermost last."""
+    frames = [f for f in frames if not f.f_code.co_filename.endswith(".pyx")]   # Cython's
+    where = user_where(frames[-1]) if frames else None
+    return TraceError(f"rng.shuffle of a traced array{_at(where)}: NumPy shuffles its own "
+                      "arrays in place, and on any other array its row swaps repeat rows. "
+                      "Write x = rng.permutation(x) (the same draws; the order is drawn once, "
+                      "while adjit traces), or pass the permutation in as an argument")
 
 
 _VECTORIZE_MAX = 1024     # elements np.vectorize unrolls to (one call of f per element)
@@ -2428,6 +2464,10 @@ def constructors_accept_tracers():
             for name in _RANDOM:
                 _originals[("random", name)] = getattr(np.random, name)
                 setattr(np.random, name, _warning_random(_originals[("random", name)], name))
+            # a Generator's shuffle of a traced array would repeat rows (NumPy's generic path
+            # swaps views): its warning becomes an error, which trace.py names
+            warnings.filterwarnings("error", _SHUFFLE_WARNING, UserWarning)
+            _originals["shuffle_filter"] = warnings.filters[0]
             basic = sys.modules.get("scipy.special._basic")
             if basic is not None and getattr(basic, "asarray", None) is _originals["asarray"]:
                 # scipy.special.polygamma & co. take asarray(x) first: let a tracer through
@@ -2506,6 +2546,8 @@ def constructors_accept_tracers():
                 np.lib.stride_tricks.as_strided = _originals.pop("as_strided")
                 for name in _RANDOM:
                     setattr(np.random, name, _originals.pop(("random", name)))
+                with contextlib.suppress(ValueError):      # the user may have reset them
+                    warnings.filters.remove(_originals.pop("shuffle_filter"))
                 for mod, name in _LIST_TAKERS:
                     setattr(mod, name, _originals.pop((mod, name)))
                 if "scipy_fft" in _originals:

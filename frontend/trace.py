@@ -242,10 +242,18 @@ def _trace(fn, args, static_argnums, differentiated):
             call_args.append(pytree.unflatten(treedef, tracers))
         before = _containers(call_args, names)
         warn_generators(fn)
-        from .numpy_api import closure_tables
-        tables = closure_tables(fn)     # in a second trace: its closure's arrays as Tables
+        from . import numpy_api
+        tables = numpy_api.closure_tables(fn)     # in a second trace: its closure's arrays as Tables
         try:
             out = fn(*call_args)
+        except UserWarning as e:
+            if not re.match(numpy_api._SHUFFLE_WARNING, str(e)):
+                raise
+            frames, tb = [], e.__traceback__
+            while tb is not None:
+                frames.append(tb.tb_frame)
+                tb = tb.tb_next
+            raise numpy_api._generic_shuffle(e, frames) from None
         except (AdjitError, AttributeError, TypeError, ValueError, IndexError) as e:
             if isinstance(e, ValueError) and isinstance(e.__cause__, TraceError) and \
                     "setting an array element" in str(e):

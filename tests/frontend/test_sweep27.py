@@ -1,0 +1,55 @@
+"""Sweep 27's finds: shuffling traced arrays, ..."""
+import warnings
+
+import numpy as np
+import pytest
+from finite_differences import numgrad as _fd
+
+import adjit
+from adjit.ir.errors import AdjitWarning, TraceError
+
+
+X = np.arange(12.0).reshape(4, 3)
+
+
+def test_generator_shuffle_of_a_traced_matrix_is_refused_not_repeating_rows():
+    # NumPy's generic shuffle path swaps rows through views: rows came back repeated
+    def f(x):
+        rng = np.random.default_rng(0)
+        y = x * 1.0
+        rng.shuffle(y)
+        return y
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # a user silencing everything still gets the error
+        with pytest.raises(TraceError, match=r"test_sweep27.py:\d+ \(rng.shuffle\(y\)\).*"
+                                             r"rng.permutation\(x\)"):
+            adjit.compile(f)(X)
+    assert not any(f[1] is not None and "shuffling" in f[1].pattern
+                   for f in warnings.filters)     # the filter lives only while tracing
+
+
+def test_generator_permutation_of_a_traced_matrix_is_numpys():
+    def f(x):
+        return np.random.default_rng(0).permutation(x * 2.0)
+    with pytest.warns(AdjitWarning, match="draws once"):
+        np.testing.assert_array_equal(adjit.compile(f)(X), f(X))
+
+
+def test_module_shuffle_and_permutation_of_traced_arrays_use_numpys_draws():
+    def f(x):
+        np.random.seed(3)
+        y = x * 1.0
+        np.random.shuffle(y)
+        return y, np.random.permutation(x)
+    with pytest.warns(AdjitWarning, match="draws its order once"):
+        got = adjit.compile(f)(X)
+    for a, b in zip(got, f(X)):
+        np.testing.assert_array_equal(a, b)
+
+    def loss(x):
+        np.random.seed(3)
+        np.random.shuffle(x)          # the argument itself, in place
+        return np.sum(x.sum(0) * np.arange(1.0, 4.0)) + np.sum(x[0] ** 2)
+    with pytest.warns(AdjitWarning):
+        g = adjit.grad(loss)(X)
+    np.testing.assert_allclose(g, _fd(loss, X.copy()), rtol=1e-7)
