@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import linecache
+import re
 import sys
 import tracemalloc
 from dataclasses import dataclass, field
@@ -84,8 +86,12 @@ class Program:
         # no floating-point warnings, as in JAX: the backward's and the guarded branches'
         # inf and nan are adjit's own (see the where trap in passes/autodiff.py), and a
         # result's inf or nan is in the result
-        with np.errstate(all="ignore"):
-            outs = self.fn(*[prep(x) for x in leaves])
+        try:
+            with np.errstate(all="ignore"):
+                outs = self.fn(*[prep(x) for x in leaves])
+        except (IndexError, ValueError, ArithmeticError, np.linalg.LinAlgError) as e:
+            _name_the_line(e, self.graph)
+            raise
         if self._fresh or self._scalars:
             outs = list(outs)
             for i in self._fresh:
@@ -100,6 +106,35 @@ class Program:
     def __repr__(self):
         return f"<adjit.Program {self.backend} {self.graph.meta.get('fn_name', '')}: " \
                f"{len(self.graph)} nodes, {self.memory}>"
+
+
+_NODE_COMMENT = re.compile(r"^\s*# v(\d+) = ")
+
+
+def _name_the_line(e, graph):
+    """Add the user's line to an error the generated code raised at run time (an index out of
+    bounds, a singular matrix): the comment above the generated line that raised names the
+    node, and the node its line (`Where`). Changes e's message in place (its type stays)."""
+    from ..ir.errors import AdjitError
+    if isinstance(e, AdjitError) or len(e.args) != 1 or not isinstance(e.args[0], str):
+        return
+    tb, where = e.__traceback__, None
+    while tb is not None and where is None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.startswith("<adjit:"):
+            lines = linecache.getlines(name)
+            for line in reversed(lines[:tb.tb_lineno]):
+                m = _NODE_COMMENT.match(line)
+                if m:
+                    nid = int(m.group(1))
+                    if nid in graph:
+                        where = graph[nid]["where"]
+                    break
+        tb = tb.tb_next
+    if where is None:
+        return
+    role = f", in the {where.role}" if getattr(where, "role", "") else ""
+    e.args = (f"{e.args[0]} (raised by the compiled code of {where}{role})",)
 
 
 def _shared_outputs(graph) -> list:

@@ -53,3 +53,24 @@ def test_module_shuffle_and_permutation_of_traced_arrays_use_numpys_draws():
     with pytest.warns(AdjitWarning):
         g = adjit.grad(loss)(X)
     np.testing.assert_allclose(g, _fd(loss, X.copy()), rtol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_run_time_index_errors_name_the_users_line(backend):
+    def f(x, i):
+        return np.sum(x[i] * 2)
+    x = np.arange(4.0)
+    with pytest.raises(IndexError, match=r"index 7 is out of bounds.*compiled code of "
+                                         r"test_sweep27.py:\d+ \(return np.sum\(x\[i\] \* 2\)\)"):
+        adjit.compile(f, backend=backend)(x, np.array(7))
+    with pytest.raises(IndexError, match=r"out of bounds.*test_sweep27.py:\d+ .*in the vjp"):
+        adjit.grad(f, backend=backend)(x, np.array([1, -9]))
+    with pytest.raises(IndexError, match="test_sweep27.py"):
+        adjit.vmap(f, in_axes=(None, 0))(x, np.array([0, 1, 9]))
+
+
+def test_run_time_linalg_errors_name_the_users_line():
+    def f(a, b):
+        return np.linalg.solve(a, b).sum()
+    with pytest.raises(np.linalg.LinAlgError, match=r"compiled code of test_sweep27.py:\d+"):
+        adjit.compile(f)(np.zeros((2, 2)), np.ones(2))
