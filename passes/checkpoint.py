@@ -603,8 +603,10 @@ class _Rewriter:
         g = self.g
         for n in g.inputs:
             self._emit(n)
+        needed = self._needed_originals()
         for n in sorted(self.a.data, key=lambda n: (self.seg[n], n)):
-            self._original(n)
+            if n in needed:
+                self._original(n)
         self.backward_start = len(self.new)
         for n in sorted(self.a.backward):
             args = [self._for_backward(x) for x in g.args(n)]
@@ -614,7 +616,22 @@ class _Rewriter:
         self.new.outputs = [self.orig[o] for o in g.outputs]
         self.new.meta["checkpoints"] = {self.orig[n]: self._why(n) for n in sorted(self.saved)}
         self.new.meta["recomputed_flops"] = self.recomputed
+        # the plain program's forward FLOPs (the ratio's base: some values are computed only
+        # as the backward's copies now)
+        self.new.meta["forward_flops"] = sum(flops(g, n) for n in g.nodes()
+                                             if n not in self.a.backward)
         return self.new
+
+    def _needed_originals(self) -> set:
+        """The forward values whose first computation is read: the kept ones and those a
+        needed forward value reads. The others are read only by the backward, which reads
+        their recomputed copies: computing them in the forward too (an output of a fused
+        group nothing else reads) would allocate what the plan does not count."""
+        g, data, need = self.g, self.a.data, set()
+        for n in sorted(data, reverse=True):        # node ids are a topological order
+            if n in self.kept or any(u in need for u in g.users(n)):
+                need.add(n)
+        return need
 
     def _add(self, n, args, where=None) -> int:
         d = self.g[n]
@@ -678,7 +695,8 @@ class _Rewriter:
                     args.append(self.orig[y])
             w = self.g[x]["where"]
             self.copy[x] = self._add(x, args, where(w))
-            self.recomputed += flops(self.g, x)
+            if x in self.orig:      # else this copy is its only computation (see build)
+                self.recomputed += flops(self.g, x)
         return self.copy[n]
 
     def _role(self, s):

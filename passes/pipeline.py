@@ -121,7 +121,8 @@ def _run(g, steps, debug):
 def memory_report(g):
     from ..backends.runtime import MemoryReport, _shared_outputs
     s = g.meta["schedule"]
-    fwd = sum(flops(g, n) for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
+    fwd = g.meta.get("forward_flops") or sum(
+        flops(g, n) for n in s.order if g[n]["where"] is None or not g[n]["where"].role)
     ck = g.meta.get("checkpoints", {})
     # after the generated code returns, the runtime copies results that are arguments,
     # constants or one array returned twice (Program.run_flat): they join the results
