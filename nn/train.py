@@ -145,6 +145,7 @@ class Trainer:
     def _check_data(self, X, y, name, params=None):
         """DataError unless (X, y) is a set this trainer can use (labels in range, ...)."""
         X, y = _host(X), _host(y)     # CuPy arrays are checked on a host copy
+        self._check_label_shape(y, name)
         value_targets = self.target_kind(y) != "classes" and not (
             self.loss_fn is softmax_cross_entropy and y.ndim == 1)   # float labels: say so
         D.check_dataset(X, y, None if value_targets else self.classes(params, X, y),
@@ -206,9 +207,26 @@ class Trainer:
         return self._train_step.lower(params, state, X, y, self.optimizer.hyper(),
                                       self.optimizer.config())
 
+    def _check_label_shape(self, y, name):
+        """Integer labels for softmax_cross_entropy are one class index per row: a column
+        (n, 1), as labels are often read, or one-hot rows are not (their dtype is right)."""
+        if self.loss_fn is not softmax_cross_entropy or y.dtype.kind not in "iub" or \
+                y.ndim == 1:
+            return
+        if y.ndim == 2 and y.shape[1] == 1:
+            hint = "use y.ravel()"
+        elif y.ndim == 2:
+            hint = ("for one-hot labels use y.argmax(axis=1), or y.astype(np.float32) as "
+                    "class probabilities")
+        else:
+            hint = "give one class index per example"
+        raise D.DataError(f"{name}: integer labels must be a 1-D array of class indices, "
+                          f"got shape {y.shape}; {hint}")
+
     def _check_batch_targets(self, params, X, y):
         if not isinstance(y, np.ndarray):
             return                       # on a device: fit checked the set before moving it
+        self._check_label_shape(y, "train step")
         kind = self.target_kind(y)
         if kind == "classes":
             _check_labels(y, self.classes(params, X, y))

@@ -1,5 +1,7 @@
 """Tests for adjit.nn.train: the compiled train step, the loop, and its handling of bad input."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -357,3 +359,21 @@ def test_float16_model_evaluates_large_sets():
     p, _ = tr.init(0)
     whole, chunked = tr.evaluate(p, X, y)[0], tr.evaluate(p, X, y, batch_size=1000)[0]
     assert np.isfinite(whole) and abs(whole - chunked) < 0.01 * chunked
+
+
+@pytest.mark.parametrize("shape, hint", [((64, 1), r"use y\.ravel\(\)"),
+                                         ((64, 3), r"y\.argmax\(axis=1\)")])
+def test_integer_labels_of_the_wrong_shape_say_so_everywhere(shape, hint):
+    # sweep 27: step said "labels must be integers, got dtype int64"; fit and evaluate advised
+    # y.astype(np.float32), which led to another error
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(64, 5)).astype(np.float32)
+    y = rng.integers(0, 3, shape)
+    tr = Trainer(MLP([5, 8, 3]), SGD(0.1))
+    p, s = tr.init()
+    for call, where in ((lambda: tr.step(p, s, X, y), "train step"),
+                        (lambda: tr.evaluate(p, X, y), "evaluation set"),
+                        (lambda: tr.fit(p, s, X, y, epochs=1), "training set")):
+        with pytest.raises(DataError, match=rf"{where}: integer labels must be a 1-D array "
+                                            rf"of class indices, got shape {re.escape(str(shape))}.*{hint}"):
+            call()
