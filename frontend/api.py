@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from ..ir.errors import GradError, OptionError, ShapeError
+from ..ir.errors import GradError, OptionError, ShapeError, TraceError
 from ..ir.ops import OPS, with_stack
 from . import functions as F
 from . import pytree
@@ -55,14 +55,29 @@ def _leaf_key(x):
     return (a.shape, a.dtype.str)
 
 
-def _static_key(v):
+def _static_key(v, which=None):
     from .trace import refuse_generator
     refuse_generator(v, "a static argument")
     key = pytree.typed_key(v)
     try:
         hash(key)
     except TypeError:
-        raise TypeError(f"static argument {v!r} must be hashable (a number, string or tuple, "
+        arg = "a static argument"
+        if which is not None:
+            from .trace import arg_names
+            i, fn = which
+            try:
+                arg = f"static argument {i} ({arg_names(fn, i + 1)[i]!r})"
+            except Exception:  # noqa: BLE001 - a name for the message only
+                arg = f"static argument {i}"
+        if isinstance(v, np.ndarray) or hasattr(v, "__array_interface__"):
+            raise TypeError(
+                f"{arg} is an array (shape {tuple(np.shape(v))}), which cannot be static: "
+                "static arguments are configuration values that programs are cached by (a "
+                "number, string or tuple). Leave it out of static_argnums: an array argument "
+                "is traced (with vmap, give it in_axes None to share it), or pass "
+                "tuple(x.tolist()) if its values really select the program") from None
+        raise TypeError(f"{arg} {v!r:.80} must be hashable (a number, string or tuple, "
                         "or a dict or list of them) so compiled programs can be cached by its "
                         "value") from None
     return ("static", key)
@@ -96,7 +111,7 @@ class Compiled:
         key, leaves = [], []
         for i, a in enumerate(args):
             if i in self.static_argnums:
-                key.append(_static_key(a))
+                key.append(_static_key(a, (i, self.__wrapped__)))
             else:
                 ls, treedef, _ = pytree.flatten(a)
                 leaves.extend(ls)
@@ -1086,6 +1101,13 @@ def vmap(fn=None, in_axes=0, out_axes=0, *, static_argnums=(), **compile_options
         bad = "has_aux" if "has_aux" in compile_options else "argnums"
         raise OptionError(f"vmap takes no {bad}: in_axes says which arguments are mapped "
                           "(None for a shared one)")
+    for bad in ("axis_size", "axis_name", "spmd_axis_name"):
+        if bad in compile_options:
+            raise OptionError(
+                f"adjit.vmap has no {bad} (JAX's): the stack's length comes from the mapped "
+                "arguments, and there are no collective operations over it; to map a function "
+                "of no array, map an argument np.arange(n). vmap's options: in_axes, out_axes, "
+                "static_argnums and the compile options (backend, fuse, checkpoint, ...)")
     for name, spec in (("in_axes", in_axes), ("out_axes", out_axes)):
         _check_axes_spec(spec, name)
     static = _static(static_argnums, fn)
@@ -1142,6 +1164,32 @@ def _leaf_axes(spec, td, what):
                       f"{n}): give an int or None for the whole value, or the same structure")
 
 
+def _mapped_value_needed(e, fn, args, specs):
+    """A value needed while tracing (x[:n], np.arange(n)) that is a mapped argument of vmap:
+    the usual advice (make it static) cannot apply, as each element has its own value."""
+    from .trace import arg_names
+    names = arg_names(fn, len(args))
+    msg = str(e)
+    for i, spec in specs.items():
+        if spec is None or i >= len(names) or f"the argument {names[i]!r}" not in msg or \
+                ", but arguments are traced" not in msg:
+            continue
+        head = msg.split(", but arguments are traced")[0]
+        raise TraceError(
+            f"{head}, but {names[i]!r} is mapped by vmap: each element of the stack has its "
+            "own value, so the value is not known while tracing and cannot be static. Write "
+            "the computation for every length at once with a mask: x[:n].sum() is "
+            "np.where(np.arange(len(x)) < n, x, 0).sum(), and np.arange(n) or np.zeros(n) "
+            "become a fixed-length arange compared with n") from None
+
+
+def _none_at(in_axes, i, n):
+    """in_axes with None for argument i (for a message): a tuple with one entry each."""
+    spec = list(in_axes) if isinstance(in_axes, (tuple, list)) else [in_axes] * n
+    spec[i] = None
+    return repr(tuple(spec))
+
+
 def _vmap_traced(fn, in_axes, out_axes, static):
     @functools.wraps(fn)
     def traced(*args):
@@ -1173,8 +1221,12 @@ def _vmap_traced(fn, in_axes, out_axes, static):
                     continue
                 shape = tuple(np.shape(x))
                 if not -len(shape) <= a < len(shape):
+                    fix = (f"give None for argument {i} to share it with every element "
+                           f"(in_axes={_none_at(in_axes, i, len(args))})" if not shape else
+                           f"give an axis from {-len(shape)} to {len(shape) - 1}, or None to "
+                           "share it")
                     raise ShapeError(f"vmap of {name}: in_axes {a} for {path}, which has shape "
-                                     f"{shape}: there is no such axis to map over")
+                                     f"{shape}: there is no such axis to map over; {fix}")
                 a %= len(shape)
                 if shape[a] == 0:
                     raise ShapeError(f"vmap of {name}: the mapped axis of {path} has length 0; "
@@ -1198,7 +1250,11 @@ def _vmap_traced(fn, in_axes, out_axes, static):
                 raise ShapeError(f"vmap of {name}: the mapped axes differ in size: "
                                  f"{sizes[0][1]} has {n}, {path} has {m}; every mapped "
                                  "axis must have the same length")
-        g = trace(fn, *example, static_argnums=static)
+        try:
+            g = trace(fn, *example, static_argnums=static)
+        except TraceError as e:
+            _mapped_value_needed(e, fn, args, specs)
+            raise
         inputs = [x if isinstance(x, Tracer) else F.lift(x, g[nid]["dtype"], current())
                   for x, nid in zip(full, g.inputs)] + list(g.meta.get("captured", ()))
         flags += [False] * len(g.meta.get("captured", ()))

@@ -74,3 +74,31 @@ def test_run_time_linalg_errors_name_the_users_line():
         return np.linalg.solve(a, b).sum()
     with pytest.raises(np.linalg.LinAlgError, match=r"compiled code of test_sweep27.py:\d+"):
         adjit.compile(f)(np.zeros((2, 2)), np.ones(2))
+
+
+def test_vmap_argument_mistakes_say_what_to_do():
+    from adjit.ir.errors import OptionError, ShapeError
+    X = np.ones((4, 3))
+    with pytest.raises(ShapeError, match=r"give None for argument 1 .*in_axes=\(0, None\)"):
+        adjit.vmap(lambda a, n: a * n)(X, 3)
+    with pytest.raises(ShapeError, match="give an axis from -2 to 1"):
+        adjit.vmap(lambda a, b: a + b, in_axes=(2, 0))(X, X)
+    for f in (adjit.vmap(lambda x, w: x @ w, in_axes=(0, None), static_argnums=1),
+              adjit.compile(lambda x, w: x * w, static_argnums=1)):
+        with pytest.raises(TypeError, match=r"static argument 1 \('w'\) is an array \(shape "
+                                            r"\(3,\)\), which cannot be static"):
+            f(X, X[0])
+    for option in ("axis_size", "axis_name"):
+        with pytest.raises(OptionError, match=f"adjit.vmap has no {option}.*np.arange"):
+            adjit.vmap(lambda x: x, **{option: 3})
+
+
+def test_a_mapped_length_gets_the_mask_advice_not_static():
+    # sweep 27: x[:n] with a mapped n advised static_argnums, impossible for a mapped value
+    X = np.random.default_rng(0).normal(size=(4, 8))
+    n = np.array([3, 2, 5, 1])
+    for f in (lambda x, n: np.sum(x[:n]), lambda x, n: np.sum(x) * np.arange(n).sum()):
+        with pytest.raises(TraceError, match=r"'n' is mapped by vmap.*np\.where\(np\.arange"):
+            adjit.vmap(f)(X, n)
+    masked = adjit.vmap(lambda x, n: np.sum(np.where(np.arange(len(x)) < n, x, 0)))(X, n)
+    np.testing.assert_allclose(masked, [X[i, :k].sum() for i, k in enumerate(n)])
