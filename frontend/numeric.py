@@ -439,8 +439,23 @@ def interp(x, xp, fp, left=None, right=None, period=None):
                                "be a constant NumPy array (x, fp, left and right may be "
                                f"traced){arg}")
     if period is not None:
-        raise UnsupportedError(f"np.interp(..., period=...){where}; map x into one period "
-                               "with np.mod first")
+        # NumPy's own reduction: x and xp into one period, xp sorted (fp with it) and
+        # extended by one point on each side across the seam; left and right are ignored
+        if isinstance(period, Tracer):
+            raise UnsupportedError(f"np.interp with a traced period{where}; the period must "
+                                   "be a number (a constant)")
+        period = abs(float(period))
+        if period == 0:
+            raise ValueError(f"np.interp: period must be a non-zero value{where}")
+        xp = np.asarray(xp, dtype=np.float64)
+        if xp.ndim != 1 or tuple(_shape_of(fp)) != xp.shape:
+            raise ShapeError(f"np.interp: xp {xp.shape} and fp {tuple(_shape_of(fp))} must be "
+                             f"1-d and of the same length{where}")
+        xp = xp % period
+        order = np.argsort(xp, kind="stable")
+        xp = np.concatenate((xp[order][-1:] - period, xp[order], xp[order][:1] + period))
+        fp = F.getitem(F.cast(fp, np.float64), np.concatenate((order[-1:], order, order[:1])))
+        return interp(remainder(F.cast(x, np.float64), period), xp, fp)
     if _dtype_of(fp).kind == "c":
         raise UnsupportedError(f"np.interp with complex fp{where}")
     xp = np.asarray(xp, dtype=np.float64)

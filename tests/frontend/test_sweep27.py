@@ -102,3 +102,23 @@ def test_a_mapped_length_gets_the_mask_advice_not_static():
             adjit.vmap(f)(X, n)
     masked = adjit.vmap(lambda x, n: np.sum(np.where(np.arange(len(x)) < n, x, 0)))(X, n)
     np.testing.assert_allclose(masked, [X[i, :k].sum() for i, k in enumerate(n)])
+
+
+@pytest.mark.parametrize("xp, period, x", [
+    (np.linspace(0, 2 * np.pi, 8, endpoint=False), 2 * np.pi,
+     np.array([5.8, 6.0, 6.2, -1.0, 13.0, 0.3])),
+    (np.array([350.0, 10, 90, 180, 270]), -360, np.array([-5.0, 0, 355, 400, 725, 95])),
+])
+def test_interp_with_a_period_is_numpys(xp, period, x):
+    # sweep 27: period= was refused with a hint (np.mod of x) that gave wrong numbers
+    fp = np.cos(xp / 7.0)
+
+    def f(x, fp):
+        return np.interp(x, xp, fp, period=period)
+    np.testing.assert_allclose(adjit.compile(f)(x, fp), f(x, fp), rtol=1e-14)
+
+    def loss(x, fp):
+        return np.sum(f(x, fp) ** 2)
+    gx, gf = adjit.grad(loss, argnums=(0, 1))(x, fp)
+    np.testing.assert_allclose(gx, _fd(lambda x: loss(x, fp), x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gf, _fd(lambda f: loss(x, f), fp), rtol=1e-6, atol=1e-8)
