@@ -1880,9 +1880,59 @@ def _batch_scatter_add(n, xs, batched, attrs):
                                                "shape": (n,) + tuple(attrs["shape"])})
 
 
+# a kernel of at most this many taps is correlated as a sum of shifted slices (one fused pass);
+# a longer one as a product of the windows with the kernel
+_SHIFTED_TAPS = 16
+
+
+def _batch_correlate(n, xs, batched, attrs):
+    """np.correlate of stacked 1-d signals and/or kernels: out[b, k] = sum_j ap[b, k + j]
+    v[b, j] with ap the signal padded for the mode."""
+    a, v = xs
+    ba, bv = batched
+    mode = attrs.get("mode", "valid")
+    size, m = a.shape[-1], v.shape[-1]
+    lo, hi = _CORRELATE_PAD[mode](m)
+    length = size + lo + hi - m + 1
+    lead = (slice(None),) if ba else ()
+    ap = F.unslice(a, lead + (slice(lo, lo + size),), tuple(a.shape[:-1]) + (
+        size + lo + hi,)) if lo or hi else a
+    if m <= _SHIFTED_TAPS:
+        out = None
+        for j in range(m):
+            tap = F.slice_(v, ((slice(None),) if bv else ()) + (slice(j, j + 1),))
+            term = F.mul(F.slice_(ap, lead + (slice(j, j + length),)), tap)
+            out = term if out is None else F.add(out, term)
+        return out
+    windows = F.getitem(ap, lead + (np.arange(length)[:, None] + np.arange(m),))
+    if not ba:                                      # (n, m) @ (m, length)
+        return F.matmul(v, F.transpose(windows))
+    if not bv:                                      # (n, length, m) @ (m,)
+        return F.matmul(windows, v)
+    return F.reshape(F.matmul(windows, F.reshape(v, (n, m, 1))), (n, length))
+
+
+def _batch_extreme_at(n, xs, batched, attrs):
+    """np.maximum.at & co. into stacked 1-d arrays: one call on the stack laid end to end,
+    each element's positions moved into its own stretch. A position out of range stays out of
+    range (NumPy's IndexError), never landing in the next element's stretch."""
+    a, v, idx = (with_stack(n, x, b) for x, b in zip(xs, batched))
+    k = a.shape[1]
+    m = idx.shape[1]
+    pos = F.where(F.lt(idx, 0), F.add(idx, k), idx)
+    bad = _COMPOSITES.logical_or(F.lt(pos, 0), F.ge(pos, k))
+    pos = F.add(pos, (np.arange(n) * k).astype(idx.dtype)[:, None])
+    pos = F.where(bad, np.asarray(n * k, idx.dtype), pos)
+    out = _emit("extreme_at", [F.reshape(a, (n * k,)), F.reshape(v, (n * m,)),
+                               F.reshape(pos, (n * m,))], attrs)
+    return F.reshape(out, (n, k))
+
+
 for _name, _op in OPS.items():
     if _op.kind == "elementwise":
         _op.batch = _batch_map(_name)
+OPS["correlate"].batch = _batch_correlate
+OPS["extreme_at"].batch = _batch_extreme_at
 for _name in ("sum", "max", "min", "nanmax", "nanmin", "cumsum", "cumprod", "accumulate",
               "argmax", "argsort", "sort", "concatenate"):
     OPS[_name].batch = _batch_axis_attr(_name)
