@@ -871,7 +871,8 @@ _VIEW_POSITIONS = 1 << 22
 # -- finite differences and polynomial matrices -------------------------------------------------
 def gradient(f, *varargs, axis=None, edge_order=1):
     """np.gradient: second-order central differences inside, one-sided (edge_order 1 or 2) at
-    the ends; spacings are numbers or constant coordinate arrays, one per axis or one for all.
+    the ends; spacings are numbers or coordinate arrays (traced ones too), one per axis or one
+    for all.
 
     >>> import numpy as np, adjit
     >>> adjit.compile(np.gradient, backend="numpy")(np.array([1., 2., 4., 7.]))
@@ -893,11 +894,6 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     else:
         raise TypeError(f"np.gradient: {len(varargs)} spacings for {len(axes)} axes"
                         f"{_at(user_where())}")
-    if any(isinstance(h, Tracer) and h.ndim for h in spacing):
-        raise UnsupportedError(f"np.gradient with traced coordinates{_at(user_where())}: "
-                               "their differences make the coefficients; pass them as a NumPy "
-                               "array the function closes over, or mark the argument static "
-                               "(static_argnums=...); a traced uniform spacing h works")
     if edge_order not in (1, 2):
         raise ValueError("'edge_order' greater than 2 not supported")
     if F._dtype_of(f).kind not in "fc":
@@ -909,7 +905,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         if n < edge_order + 1:
             raise ValueError("Shape of array too small to calculate a numerical gradient, "
                              "at least (edge_order + 1) elements are required.")
-        if isinstance(h, Tracer):     # a uniform spacing passed as an argument
+        if isinstance(h, Tracer) and not h.ndim:    # a uniform spacing passed in
             outs.append(F.div(_gradient_axis(f, ax, n, 1.0, edge_order, dt), h))
         else:
             outs.append(_gradient_axis(f, ax, n, h, edge_order, dt))
@@ -921,11 +917,15 @@ def _gradient_axis(f, ax, n, h, edge_order, dt):
         return C._slice(f, ax, start, stop)
 
     def col(v, start, stop):
-        """a constant coefficient per position along ax, shaped to broadcast"""
+        """a coefficient per position along ax (traced where the coordinates are), shaped to
+        broadcast"""
+        trail = (1,) * (len(F._shape_of(f)) - ax - 1)
+        if isinstance(v, Tracer):
+            return F.reshape(F.cast(v, dt), (-1,) + trail)
         v = np.asarray(v, dt)[start:stop] if np.ndim(v) else np.asarray(v, dt)
         if np.ndim(v) == 0:
             return v
-        return v.reshape((-1,) + (1,) * (len(F._shape_of(f)) - ax - 1))
+        return v.reshape((-1,) + trail)
     if np.ndim(h) == 0:
         h = float(h)
         inner = F.div(F.sub(part(2, n), part(0, n - 2)), 2.0 * h)
@@ -939,11 +939,15 @@ def _gradient_axis(f, ax, n, h, edge_order, dt):
                                      F.mul(part(n - 2, n - 1), -2.0)),
                                F.mul(part(n - 1, n), 1.5)), h)
     else:
-        x = np.asarray(h, np.float64)
-        if x.ndim != 1 or len(x) != n:
+        # coordinates: their differences make the coefficients (traced ones too, so the
+        # derivative in the grid is followed)
+        traced = isinstance(h, Tracer)
+        x = F.cast(h, np.float64) if traced else np.asarray(h, np.float64)
+        if len(F._shape_of(x)) != 1 or F._shape_of(x)[0] != n:
             raise ValueError("when 1d, distances must match the length of the corresponding "
                              "dimension")
-        d = np.diff(x)
+        d = x[1:] - x[:-1]
+        num = (lambda v: F.cast(v, dt)) if traced else dt.type
         dx1, dx2 = d[:-1], d[1:]
         a = -dx2 / (dx1 * (dx1 + dx2))
         b = (dx2 - dx1) / (dx1 * dx2)
@@ -952,20 +956,20 @@ def _gradient_axis(f, ax, n, h, edge_order, dt):
                             F.mul(part(1, n - 1), col(b, 0, None))),
                       F.mul(part(2, n), col(c, 0, None)))
         if edge_order == 1:
-            first = F.div(F.sub(part(1, 2), part(0, 1)), dt.type(d[0]))
-            last = F.div(F.sub(part(n - 1, n), part(n - 2, n - 1)), dt.type(d[-1]))
+            first = F.div(F.sub(part(1, 2), part(0, 1)), num(d[0]))
+            last = F.div(F.sub(part(n - 1, n), part(n - 2, n - 1)), num(d[-1]))
         else:
             e1, e2 = d[0], d[1]
             a0, b0 = -(2. * e1 + e2) / (e1 * (e1 + e2)), (e1 + e2) / (e1 * e2)
             c0 = -e1 / (e2 * (e1 + e2))
-            first = F.add(F.add(F.mul(part(0, 1), dt.type(a0)), F.mul(part(1, 2), dt.type(b0))),
-                          F.mul(part(2, 3), dt.type(c0)))
+            first = F.add(F.add(F.mul(part(0, 1), num(a0)), F.mul(part(1, 2), num(b0))),
+                          F.mul(part(2, 3), num(c0)))
             e1, e2 = d[-2], d[-1]
             a1, b1 = e2 / (e1 * (e1 + e2)), -(e2 + e1) / (e1 * e2)
             c1 = (2. * e2 + e1) / (e2 * (e1 + e2))
-            last = F.add(F.add(F.mul(part(n - 3, n - 2), dt.type(a1)),
-                               F.mul(part(n - 2, n - 1), dt.type(b1))),
-                         F.mul(part(n - 1, n), dt.type(c1)))
+            last = F.add(F.add(F.mul(part(n - 3, n - 2), num(a1)),
+                               F.mul(part(n - 2, n - 1), num(b1))),
+                         F.mul(part(n - 1, n), num(c1)))
     return F.concatenate([first, inner, last], ax)
 
 

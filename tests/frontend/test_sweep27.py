@@ -165,3 +165,21 @@ def test_vmap_of_maximum_at_keeps_an_out_of_range_position_an_error():
     labels[1, 2] = 10
     with pytest.raises(IndexError, match="out of bounds"):
         adjit.vmap(_segmax)(np.ones((3, 4)), labels)
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_with_traced_coordinates(edge_order):
+    # sweep 27: refused with advice (static_argnums) that an array cannot follow
+    x = np.sort(np.random.default_rng(0).uniform(0, 3, 12))
+    Y = np.sin(x)[:, None] * np.arange(1.0, 4.0)
+
+    def f(Y, x):
+        return np.gradient(Y, x, 0.5, edge_order=edge_order)
+    for got, ref in zip(adjit.compile(f)(Y, x), f(Y, x)):
+        np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-13)
+
+    def loss(Y, x):
+        return np.sum(np.tanh(np.gradient(Y, x, axis=0, edge_order=edge_order)))
+    gY, gx = adjit.grad(loss, argnums=(0, 1))(Y, x)
+    np.testing.assert_allclose(gx, _fd(lambda x: loss(Y, x), x), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gY, _fd(lambda Y: loss(Y, x), Y), rtol=1e-5, atol=1e-7)
