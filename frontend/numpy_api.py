@@ -1732,6 +1732,8 @@ _SCIPY_SPECIAL = {
     # SciPy's spellings of NumPy's functions (its loops are float ones, as NumPy's)
     "expm1": F.expm1, "log1p": F.log1p, "cbrt": F.cbrt, "exp2": F.exp2,
     "exp10": lambda x: F.power(10.0, x),
+    # cos(x) - 1 without the cancellation near 0: -2 sin(x / 2)^2 (its derivative -sin x)
+    "cosm1": lambda x: F.mul(F.power(F.sin(F.mul(x, 0.5)), 2), -2.0),
     # real loggamma: log Gamma(x) for x >= 0, NaN below (gammaln is log |Gamma(x)|)
     "loggamma": lambda x: F.where(F.lt(x, 0), math.nan, F.gammaln(x)),
 }

@@ -183,3 +183,18 @@ def test_gradient_with_traced_coordinates(edge_order):
     gY, gx = adjit.grad(loss, argnums=(0, 1))(Y, x)
     np.testing.assert_allclose(gx, _fd(lambda x: loss(Y, x), x), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(gY, _fd(lambda Y: loss(Y, x), Y), rtol=1e-5, atol=1e-7)
+
+
+def test_scipy_cosm1_and_the_von_mises_densities_of_traced_data():
+    sc = pytest.importorskip("scipy.special")
+    st = pytest.importorskip("scipy.stats")
+    x = np.array([1e-9, 0.1, 1.0, 3.0, -2.0, 1e3])
+    np.testing.assert_allclose(adjit.compile(lambda x: sc.cosm1(x))(x), sc.cosm1(x),
+                               rtol=1e-15)
+    assert adjit.gradcheck(lambda x: np.sum(sc.cosm1(x)), x[1:5]) < 1e-6
+    xs = np.array([0.3, -1.0, 2.0])
+    for dist, shape in ((st.vonmises, 1.5), (st.vonmises_line, 2.0)):
+        def f(x, loc, dist=dist, shape=shape):
+            return np.sum(dist.logpdf(x, shape, loc=loc))
+        np.testing.assert_allclose(adjit.compile(f)(xs, 0.2), f(xs, 0.2), rtol=1e-14)
+        assert adjit.gradcheck(f, xs, 0.2) < 1e-6
