@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 
@@ -19,6 +20,7 @@ import numpy as np
 
 import adjit
 from adjit.cli import _positive_int  # the command's own argument types
+from adjit.ir.errors import BudgetError
 
 MiB = 2 ** 20
 
@@ -118,8 +120,16 @@ def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3,
         limit = math.ceil(half / MiB) * MiB
     else:
         limit = int(float(budget) * MiB)
-    f = _program(backend, step, memory_budget=limit)
-    progs[f"budget {limit / MiB:.0f} MiB"] = (f, f.lower(params, x))
+    note = None
+    try:
+        f = _program(backend, step, memory_budget=limit)
+        progs[f"budget {limit / MiB:.0f} MiB"] = (f, f.lower(params, x))
+    except BudgetError as e:     # said in the command's unit; the other rows still stand
+        low = re.search(r"at least memory_budget=(\d+)", str(e)) or \
+            re.search(r"lowest static peak[a-z ]*?(\d+) bytes", str(e))
+        need = (f": no schedule goes below {int(low.group(1)) / MiB:.2f} MiB, give --budget "
+                f"{math.ceil(int(low.group(1)) / MiB * 100) / 100:.2f} or more" if low else "")
+        note = f"depth {depth}: --budget {limit / MiB:.2f} MiB is too small{need}"
     grads = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in params.values())
     rows = []
     for name, (f, prog) in progs.items():
@@ -147,6 +157,8 @@ def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3,
         row["time_ratio"] = row["time"] / min(base["times"])
         row["work_share"] = row["work"] / base["work"]
         row["peak_share"] = row["peak"] / base["peak"]
+    if note:
+        rows[-1]["note"] = note
     return rows
 
 
@@ -245,12 +257,16 @@ def _main(args):
     else:
         print("peak = whole step (gradients included); besides grads = the peak of what is "
               "allocated besides the gradients computed so far; share = of store-all's")
-    rows = []
+    rows, failed = [], False
     for d in depths:
         part = measure_depth(d, args.width, args.batch, args.backend, args.budget,
                              args.repeat, step)
         lines = format_rows(part)
         print("\n".join(lines if not rows else lines[2:]), flush=True)
+        for r in part:
+            if r.get("note"):
+                print(f"adjit memory: error: {r['note']}", file=sys.stderr, flush=True)
+                failed = True
         rows += part
     if len(depths) >= 2:
         for name in ("store-all", "sqrt"):
@@ -267,4 +283,4 @@ def _main(args):
                   "table above is complete", file=sys.stderr)
             return 1
         print(f"saved the plot to {args.plot}")
-    return 0
+    return 1 if failed else 0      # a budget no schedule met: the table still stands

@@ -1,6 +1,7 @@
 """The `adjit` command: help texts, `adjit mnist` end to end, `adjit inspect`, errors."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 
@@ -274,6 +275,16 @@ def test_memory_bad_settings(capsys, argv, status, message):
     err = capsys.readouterr().err
     assert code == status and message in err and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_memory_budget_too_small_says_the_mib_to_give_and_keeps_the_table(capsys):
+    # sweep 27: the error spoke the API's bytes (memory_budget=561152) and dropped the table
+    code = cli.main(["memory", "--depth", "4", "--width", "16", "--batch", "8", "--budget",
+                     "0.0001", "--repeat", "1"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "store-all" in out and "sqrt" in out
+    assert re.search(r"--budget 0\.00 MiB is too small: no schedule goes below \d+\.\d\d MiB, "
+                     r"give --budget \d+\.\d\d or more", err), err
 
 
 def test_inspect_a_skipped_default_keeps_its_value(capsys, tmp_path):
