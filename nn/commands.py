@@ -358,8 +358,11 @@ def parse_spec(text, seed=0):
 
 
 def _user_args(fn, specs, static=()):
-    """The call's arguments from --arg NAME=SPEC; a --static argument may also be a string
+    """The call's arguments from --arg NAME=SPEC, and its keyword-only ones (configuration,
+    bound as constants); a --static or keyword-only argument may also be a string
     (--arg activation=relu)."""
+    keyword_only = {p.name for p in pyinspect.signature(fn).parameters.values()
+                    if p.kind == p.KEYWORD_ONLY}
     values = {}
     for k, item in enumerate(specs):
         name, eq, spec = item.partition("=")
@@ -374,7 +377,7 @@ def _user_args(fn, specs, static=()):
         except ValueError as e:
             if not spec.strip() or _SPEC.match(spec.strip()):
                 raise
-            if name.strip() not in static:
+            if name.strip() not in static and name.strip() not in keyword_only:
                 raise ValueError(f"{e}; a string (an activation's name) is configuration: "
                                  f"add --static {name.strip()}") from None
             value = spec.strip()
@@ -392,12 +395,14 @@ def _user_args(fn, specs, static=()):
             raise ValueError(f"--arg {item!r}: {name.strip()} is {what}")
         node[path[-1]] = value
     values = {k: _lists(v) for k, v in values.items()}
+    keywords = {k: values.pop(k) for k in list(values) if k in keyword_only}
     params = [p for p in pyinspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params]
     extra = [n for n in values if n not in names]
     if extra:
-        raise ValueError(f"{fn.__name__}({', '.join(names)}) has no argument {extra[0]!r}")
+        shown = names + [f"*, {k}" if i == 0 else k for i, k in enumerate(sorted(keyword_only))]
+        raise ValueError(f"{fn.__name__}({', '.join(shown)}) has no argument {extra[0]!r}")
     missing = [p.name for p in params if p.name not in values and p.default is p.empty]
     if missing:
         raise ValueError(f"{fn.__name__}({', '.join(names)}) needs --arg for "
@@ -407,7 +412,7 @@ def _user_args(fn, specs, static=()):
     last = max((i for i, p in enumerate(params) if p.name in values), default=-1)
     used = params[:last + 1]
     return [values[p.name] if p.name in values else p.default for p in used], \
-        [p.name for p in used]
+        [p.name for p in used], keywords
 
 
 def _lists(v):
@@ -422,7 +427,9 @@ def _lists(v):
 
 def _user_program(args):
     fn = _load_function(args.target)
-    call_args, names = _user_args(fn, args.arg, args.static)
+    call_args, names, keywords = _user_args(fn, args.arg, args.static)
+    if keywords:        # keyword-only arguments: configuration, bound as constants
+        fn = functools.wraps(fn)(functools.partial(fn, **keywords))
     if args.grad and args.wrt is not None and args.wrt not in names:
         try:
             every = list(pyinspect.signature(fn).parameters)

@@ -287,6 +287,19 @@ def test_memory_budget_too_small_says_the_mib_to_give_and_keeps_the_table(capsys
                      r"give --budget \d+\.\d\d or more", err), err
 
 
+def test_inspect_sets_keyword_only_arguments(capsys, tmp_path):
+    # sweep 27: --arg mode=b for `*, mode="a"` advised --static mode, which then failed
+    src = tmp_path / "kw.py"
+    src.write_text("import numpy as np\n\ndef scaled(W, x, scale=2.0, *, mode='a'):\n"
+                   "    h = np.tanh(x @ W) if mode == 'a' else np.maximum(x @ W, 0)\n"
+                   "    return np.sum(h * scale)\n")
+    for mode, op in (("a", "tanh"), ("b", "maximum")):
+        code, out, err = run(capsys, "inspect", f"{src}:scaled", "--arg", "W=float32[3,2]",
+                             "--arg", "x=float32[4,3]", "--arg", f"mode={mode}",
+                             "--backend", "numpy", "--show", "ir")
+        assert code == 0 and op in out, err
+
+
 def test_inspect_a_skipped_default_keeps_its_value(capsys, tmp_path):
     """--arg b=7 for f(w, a=1.0, b=100.0): the call is positional, so a keeps its default."""
     src = tmp_path / "f2.py"
