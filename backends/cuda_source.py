@@ -48,6 +48,10 @@ HELPERS = {
     # NumPy's sign: NaN stays NaN and both zeros give +0 (the comparisons are false: x - x)
     "_rt_sign": "template <typename T> __host__ __device__ __forceinline__ T _rt_sign(T x) {\n"
                 "    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(x - x));\n}",
+    # the registry's C spellings call CUDA's own exp, expm1, log, log1p (these helpers are
+    # numba's vectorisable forms; CUDA's are already fast)
+    **{h: f"template <typename T> __host__ __device__ __forceinline__ T {h}(T x) {{\n"
+          f"    return {h[4:]}(x);\n}}" for h in ("_rt_exp", "_rt_expm1", "_rt_log", "_rt_log1p")},
     "_rt_tanh": "template <typename T> __host__ __device__ __forceinline__ T _rt_tanh(T x) {\n"
                 "    return tanh(x);\n}",
     "_rt_sigmoid": "template <typename T> __host__ __device__ __forceinline__ T "

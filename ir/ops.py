@@ -350,10 +350,10 @@ _register(OpDef("const", 0, "source", lambda s, a: np.shape(a["value"]), attr_dt
 unary("neg", np.negative, lambda g, out, x: [F.neg(g)], lambda t, out, x: F.neg(t[0]),
       "-{0}", "(-{0})", "(-{0})")
 unary("exp", np.exp, lambda g, out, x: [F.mul(g, out)], lambda t, out, x: F.mul(t[0], out),
-      "np.exp({0})", "math.exp({0})", "exp({0})", flops=4)
+      "np.exp({0})", "_rt_exp({0})", "exp({0})", flops=4)
 unary("expm1", np.expm1, lambda g, out, x: [F.mul(g, F.add(out, 1))],
       lambda t, out, x: F.mul(t[0], F.add(out, 1)),
-      "np.expm1({0})", "math.expm1({0})", "expm1({0})", flops=4)
+      "np.expm1({0})", "_rt_expm1({0})", "expm1({0})", flops=4)
 # exp2 and cbrt have their own C library functions: exp(x ln 2) is 300 ulps off at x = 1000
 # and not exact at integers, pow(|x|, 1/3) 10 ulps off (NumPy, numba and CUDA call exp2, cbrt)
 unary("exp2", np.exp2, lambda g, out, x: [F.mul(g, F.mul(out, _LN2))],
@@ -363,7 +363,7 @@ unary("cbrt", np.cbrt, lambda g, out, x: [F.div(g, F.mul(F.mul(out, out), 3.0))]
       lambda t, out, x: F.div(t[0], F.mul(F.mul(out, out), 3.0)),
       "np.cbrt({0})", "np.cbrt({0})", "cbrt({0})", flops=4)
 unary("log", np.log, lambda g, out, x: [F.div(g, x)], lambda t, out, x: F.div(t[0], x),
-      "np.log({0})", "math.log({0})", "log({0})", flops=4)
+      "np.log({0})", "_rt_log({0})", "log({0})", flops=4)
 # log2 and log10 are their own library calls: log(x) / log(10) is not exact at powers (NumPy's
 # floor(log10(1000)) is 3)
 unary("log2", np.log2, lambda g, out, x: [F.div(g, F.mul(x, _LN2))],
@@ -375,7 +375,7 @@ unary("log10", np.log10, lambda g, out, x: [F.div(g, F.mul(x, _LN10))],
 # log1p keeps precision near 0, where log(1 + x) rounds 1 + x first
 unary("log1p", np.log1p, lambda g, out, x: [F.div(g, F.add(x, 1))],
       lambda t, out, x: F.div(t[0], F.add(x, 1)),
-      "np.log1p({0})", "math.log1p({0})", "log1p({0})", flops=4)
+      "np.log1p({0})", "_rt_log1p({0})", "log1p({0})", flops=4)
 unary("sin", np.sin, lambda g, out, x: [F.mul(g, F.cos(x))],
       lambda t, out, x: F.mul(t[0], F.cos(x)), "np.sin({0})", "math.sin({0})", "sin({0})", 4)
 unary("cos", np.cos, lambda g, out, x: [F.neg(F.mul(g, F.sin(x)))],
@@ -1722,6 +1722,10 @@ OPS["cast"].noop = lambda a, shape, dtype: np.dtype(a["dtype"]) == np.dtype(dtyp
 SCALAR_HELPERS = {
     # scalar helpers the kernels' spellings refer to; defined once per backend
     "_rt_sign": "sign, NaN staying NaN",
+    "_rt_exp": "exp (a backend may use a vectorisable form within 2 ulp)",
+    "_rt_expm1": "expm1 (likewise)",
+    "_rt_log": "log (likewise)",
+    "_rt_log1p": "log1p (likewise)",
     "_rt_tanh": "tanh (a backend may use a faster form where its dtype allows)",
     "_rt_sigmoid": "1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0",
     "_rt_logaddexp": "log(exp(x) + exp(y)) as NumPy's npy_logaddexp",

@@ -151,3 +151,51 @@ def test_donated_arguments_take_the_results_when_the_arrays_allow_it():
     # NumPy ignores donation
     np.testing.assert_allclose(adjit.compile(adam_like, backend="numpy", donate_argnums=0)(
         p, g, m)[0], ref[0], rtol=1e-14)
+
+
+def _sweep(name):
+    rng = np.random.default_rng(0)
+    specials = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 5e-324, -5e-324]
+    wide = {"exp": np.linspace(-750, 720, 20001), "expm1": np.linspace(-50, 720, 20001),
+            "tanh": np.linspace(-30, 30, 20001)}.get(name, np.logspace(-323, 308, 20001))
+    tiny = np.logspace(-320, 0, 2001)
+    return np.concatenate([wide, tiny, -tiny, rng.normal(size=5000) * 3,
+                           1 + rng.normal(size=2000) * 1e-3, specials,
+                           [709.78, -745.1, 0.625, -0.625, 2.0 ** 53 + 2, -1 + 1e-16]])
+
+
+@pytest.mark.parametrize("name", ["exp", "expm1", "log", "log1p", "tanh"])
+def test_vectorisable_math_helpers_are_within_two_ulp_of_numpy(name):
+    # numba_helpers' _rt_exp & co. replace the C library's (which numba cannot vectorise)
+    import numba
+
+    from adjit.backends import numba_helpers as H
+    helper = getattr(H, f"_rt_{name}")
+
+    @numba.njit
+    def run(x, out):
+        for i in range(x.size):
+            out[i] = helper(x[i])
+    x = _sweep(name)
+    with np.errstate(all="ignore"):
+        ref = getattr(np, name)(x)
+    got = np.empty_like(x)
+    run(x, got)
+    normal = np.isfinite(ref) & (np.abs(ref) >= np.finfo(np.float64).tiny)
+    ulps = np.abs(got[normal] - ref[normal]) / np.spacing(np.abs(ref[normal]))
+    assert ulps.max() <= 2, (name, x[normal][np.argmax(ulps)], ulps.max())
+    # infinities, NaN, zeros (with their sign) as NumPy's; subnormal results within one step
+    rest = ~normal
+    np.testing.assert_array_equal(np.signbit(got[rest]) & (got[rest] == 0),
+                                  np.signbit(ref[rest]) & (ref[rest] == 0))
+    np.testing.assert_allclose(got[rest], ref[rest], rtol=0, atol=1e-323)
+    x32 = x[np.abs(x) < 1e30].astype(np.float32)
+    with np.errstate(all="ignore"):       # float64's value rounded once (NumPy's own
+        ref32 = getattr(np, name)(x32.astype(np.float64)).astype(np.float32)   # float32: 2 ulp)
+    got32 = np.empty_like(x32)
+    run(x32, got32)
+    ok = np.isfinite(ref32) & (np.abs(ref32) >= np.finfo(np.float32).tiny)
+    # float32 goes through float64 (one rounding), but tanh is Eigen's rational form (XLA's)
+    tol = 5 if name == "tanh" else 1
+    assert (np.abs(got32[ok] - ref32[ok]) <= tol * np.spacing(np.abs(ref32[ok]))).all()
+    np.testing.assert_array_equal(np.isnan(got32), np.isnan(ref32))
