@@ -3,7 +3,7 @@
 Usage: python benchmarks/user_programs.py [--repeat 10] [--quick] [--threads N]
                                           [--only gp,rosenbrock,...]
 
-Twelve loss functions, each written the way a NumPy user writes it (float64 throughout):
+Loss functions, each written the way a NumPy user writes it (float64 throughout):
   gp          GP negative log marginal likelihood, RBF kernel of 3-d inputs, Cholesky and two
               triangular solves; gradient w.r.t. the two log hyperparameters (n = 800)
   rosenbrock  np.sum(100*(x[1:]-x[:-1]**2)**2 + (1-x[:-1])**2)           (n = 1e6)
@@ -17,6 +17,10 @@ Twelve loss functions, each written the way a NumPy user writes it (float64 thro
   fir         np.sum(np.convolve(x, k, "same")**2), a constant 63-tap kernel (n = 16,000)
   frames      np.sum((sliding_window_view(x, 400)[::160] * window)**2)    (n = 16,000)
   ola         overlap-add loop y[i*256:i*256+512] += frames[i] * window, 251 frames
+  gmm         Gaussian-mixture negative log-likelihood, 8 components, logsumexp by hand
+              (exp and log of every point and component; n = 20,000)
+  reaction    8 explicit steps of u + 0.1 (laplacian(u) + tanh(u) - u^3 / 3), np.roll
+              stencil (256^2)
 Peers: eager NumPy forward only (the program itself), JAX jax.jit(jax.value_and_grad) with
 x64 (a jax.numpy mirror of each program), PyTorch eager float64 forward + backward; a peer
 that is not installed is skipped with a line. adjit compile = the first call of
@@ -163,6 +167,22 @@ def assembly(E, f):
 KE = np.array([[1.0, -1.0], [-1.0, 1.0]])
 
 
+def gmm(p, x):
+    k = p.shape[0] // 3
+    logw = p[:k] - np.log(np.sum(np.exp(p[:k])))
+    z = (x[:, None] - p[k:2 * k]) * np.exp(-p[2 * k:])
+    lp = logw - 0.5 * z ** 2 - p[2 * k:]
+    m = np.max(lp, axis=1, keepdims=True)
+    return -np.sum(np.log(np.sum(np.exp(lp - m), axis=1)) + m[:, 0])
+
+
+def reaction(u):
+    for _ in range(8):
+        lap = np.roll(u, 1, 0) + np.roll(u, -1, 0) + np.roll(u, 1, 1) + np.roll(u, -1, 1) - 4 * u
+        u = u + 0.1 * (lap + np.tanh(u) - u ** 3 / 3)
+    return np.sum(u ** 2)
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
@@ -230,7 +250,23 @@ def jax_mirrors(jax):
             y = y.at[i].set(0.9 * y[i - 1] + x[i])
         return jnp.sum(y ** 2)
 
+    def j_gmm(p, x):
+        k = p.shape[0] // 3
+        logw = p[:k] - jnp.log(jnp.sum(jnp.exp(p[:k])))
+        z = (x[:, None] - p[k:2 * k]) * jnp.exp(-p[2 * k:])
+        lp = logw - 0.5 * z ** 2 - p[2 * k:]
+        m = jnp.max(lp, axis=1, keepdims=True)
+        return -jnp.sum(jnp.log(jnp.sum(jnp.exp(lp - m), axis=1)) + m[:, 0])
+
+    def j_reaction(u):
+        for _ in range(8):
+            lap = (jnp.roll(u, 1, 0) + jnp.roll(u, -1, 0) + jnp.roll(u, 1, 1)
+                   + jnp.roll(u, -1, 1) - 4 * u)
+            u = u + 0.1 * (lap + jnp.tanh(u) - u ** 3 / 3)
+        return jnp.sum(u ** 2)
+
     return {
+        "gmm": j_gmm, "reaction": j_reaction,
         "ema": j_ema,
         "thomas": j_thomas,
         "assembly": j_assembly,
@@ -327,7 +363,23 @@ def torch_mirrors(torch):
             K[e:e + 2, e:e + 2] += E[e] * ke
         return f[1:] @ torch.linalg.solve(K[1:, 1:], f[1:])
 
+    def t_gmm(p, x):
+        k = p.shape[0] // 3
+        logw = p[:k] - torch.log(torch.sum(torch.exp(p[:k])))
+        z = (x[:, None] - p[k:2 * k]) * torch.exp(-p[2 * k:])
+        lp = logw - 0.5 * z ** 2 - p[2 * k:]
+        m = torch.max(lp, dim=1, keepdim=True).values
+        return -torch.sum(torch.log(torch.sum(torch.exp(lp - m), dim=1)) + m[:, 0])
+
+    def t_reaction(u):
+        for _ in range(8):
+            lap = (torch.roll(u, 1, 0) + torch.roll(u, -1, 0) + torch.roll(u, 1, 1)
+                   + torch.roll(u, -1, 1) - 4 * u)
+            u = u + 0.1 * (lap + torch.tanh(u) - u ** 3 / 3)
+        return torch.sum(u ** 2)
+
     return {
+        "gmm": t_gmm, "reaction": t_reaction,
         "thomas": t_thomas,
         "assembly": t_assembly,
         "ema": t_ema,
@@ -401,6 +453,11 @@ def cases(quick, rng):
     n = 4000 if quick else 16000
     out.append(("fftconv", f"n={n}, 1001 taps", fftconv, (rng.normal(size=n),),
                 {"k": rng.normal(size=1001)}))
+    n = 2000 if quick else 20000
+    out.append(("gmm", f"n={n}, 8 comps", gmm, (rng.normal(size=24) * 0.5,),
+                {"x": rng.normal(size=n) * 2}))
+    n = 64 if quick else 256
+    out.append(("reaction", f"{n}x{n}, 8 steps", reaction, (rng.normal(size=(n, n)),), {}))
     return out
 
 
