@@ -61,20 +61,18 @@ def scratch_bytes(g, n, placed=None):
 # elements, tests/backends/test_numba.py checks their accuracy): not calls.
 # A small group such as arctan(x) * 2 + x runs several times faster as NumPy code; a large one
 # whose cheap ops outnumber the calls 4 to 1 stays a kernel (one pass over memory, not many).
-_LIBM = {"arctan": 1.0, "arcsin": 1.0, "arccos": 1.0,
-         "arcsinh": 1.0, "arccosh": 1.0, "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0,
-         "erfc": 1.0, "exp2": 0.5, "cbrt": 1.0, "sinh": 1.0,
-         "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0, "tan": 1.0}
+_LIBM = {"arctan": 1.0, "arcsin": 1.0, "arccos": 1.0, "arcsinh": 1.0, "arccosh": 1.0,
+         "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0, "erfc": 1.0, "exp2": 0.5, "cbrt": 1.0,
+         "sinh": 1.0, "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0, "tan": 1.0}
 # float32: NumPy's SIMD loops are 5-40x faster than numba's per-element calls (ns per element,
 # NumPy / numba, 1M elements, one thread: log2 0.25 / 1.8, arctan 0.22 / 8.9, sin 0.40 / 5.2),
 # so the calls weigh more, and sin and cos count too; the helpers, which compute float32 in
 # float64, are 3-5x slower than NumPy's float32 loops (exp 0.47 / 1.3, log 0.44 / 2.1, log1p
 # 0.6 / 1.9, expm1 0.37 / 1.6)
 _LIBM_F32 = {"exp": 0.5, "log": 1.0, "exp2": 1.0, "log2": 1.0, "log10": 1.0, "log1p": 0.7,
-             "expm1": 0.8, "erf": 2.5,
-             "erfc": 2.5, "cbrt": 2.5, "sin": 1.0, "cos": 1.0, "arctan": 3.0, "arcsin": 3.0,
-             "arccos": 3.0, "arcsinh": 3.0, "arccosh": 3.0, "arctanh": 3.0, "arctan2": 3.0,
-             "sinh": 3.0, "cosh": 3.0, "pow": 2.5, "tan": 3.0}
+             "expm1": 0.8, "erf": 2.5, "erfc": 2.5, "cbrt": 2.5, "sin": 1.0, "cos": 1.0,
+             "arctan": 3.0, "arcsin": 3.0, "arccos": 3.0, "arcsinh": 3.0, "arccosh": 3.0,
+             "arctanh": 3.0, "arctan2": 3.0, "sinh": 3.0, "cosh": 3.0, "pow": 2.5, "tan": 3.0}
 # float32 tanh is adjit's own rational function in kernels (numba_helpers), which vectorises
 _OWN_F32 = frozenset(("tanh",))
 # a group summed along its innermost axis runs a loop that is not vectorised (numba_kernels:

@@ -430,5 +430,6 @@ def _rt_gammaln(x):
     return -math.inf if x == -math.inf else math.lgamma(x)
 
 
-HELPERS = ("_rt_sign", "_rt_exp", "_rt_expm1", "_rt_log", "_rt_log1p", "_rt_tanh", "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
+HELPERS = ("_rt_sign", "_rt_exp", "_rt_expm1", "_rt_log", "_rt_log1p", "_rt_tanh",
+           "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
            "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma", "_rt_gammaln")
