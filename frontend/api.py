@@ -75,8 +75,8 @@ def _static_key(v, which=None):
                 f"{arg} is an array (shape {tuple(np.shape(v))}), which cannot be static: "
                 "static arguments are configuration values that programs are cached by (a "
                 "number, string or tuple). Leave it out of static_argnums: an array argument "
-                "is traced (with vmap, give it in_axes None to share it), or pass "
-                "tuple(x.tolist()) if its values really select the program") from None
+                "is traced (with vmap, give it in_axes None to share it), or pass a tuple "
+                "of its numbers if they really select the program") from None
         raise TypeError(f"{arg} {v!r:.80} must be hashable (a number, string or tuple, "
                         "or a dict or list of them) so compiled programs can be cached by its "
                         "value") from None

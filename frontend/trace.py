@@ -243,7 +243,7 @@ def _trace(fn, args, static_argnums, differentiated):
         before = _containers(call_args, names)
         warn_generators(fn)
         from . import numpy_api
-        tables = numpy_api.closure_tables(fn)     # in a second trace: its closure's arrays as Tables
+        tables = numpy_api.closure_tables(fn)   # a second trace: its closure's arrays as Tables
         try:
             out = fn(*call_args)
         except UserWarning as e:

@@ -374,6 +374,7 @@ def test_integer_labels_of_the_wrong_shape_say_so_everywhere(shape, hint):
     for call, where in ((lambda: tr.step(p, s, X, y), "train step"),
                         (lambda: tr.evaluate(p, X, y), "evaluation set"),
                         (lambda: tr.fit(p, s, X, y, epochs=1), "training set")):
+        got = re.escape(str(shape))
         with pytest.raises(DataError, match=rf"{where}: integer labels must be a 1-D array "
-                                            rf"of class indices, got shape {re.escape(str(shape))}.*{hint}"):
+                                            rf"of class indices, got shape {got}.*{hint}"):
             call()
