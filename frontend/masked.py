@@ -98,8 +98,10 @@ def _binary(name):
 
 
 def _reflected(name):
+    """other op x[mask] (1 - x[mask]): the traced values' own reflected operator (name is
+    `__rsub__`), so the Python number stays on the left."""
     def op(self, other):
-        return self._combine(lambda b, a: getattr(a, name)(b), other, self)
+        return self._combine(lambda a, b: getattr(a, name)(b), self, other)
     return op
 
 
@@ -107,7 +109,9 @@ for _n in ("add", "sub", "mul", "truediv", "pow", "floordiv", "mod", "lt", "le",
            "eq", "ne"):
     setattr(Selection, f"__{_n}__", _binary(f"__{_n}__"))
 for _n in ("add", "sub", "mul", "truediv", "pow", "floordiv", "mod"):
-    setattr(Selection, f"__r{_n}__", _reflected(f"__{_n}__"))
+    setattr(Selection, f"__r{_n}__", _reflected(f"__r{_n}__"))
+Selection.__matmul__ = lambda s, o: s._refuse("a matrix product of x[mask]")
+Selection.__rmatmul__ = lambda s, o: s._refuse("a matrix product of x[mask]")
 Selection.__neg__ = lambda s: Selection(s.mask, -s.full)
 Selection.__pos__ = lambda s: s
 Selection.__abs__ = lambda s: Selection(s.mask, abs(s.full))

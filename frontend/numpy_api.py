@@ -1916,6 +1916,15 @@ _VIEWS |= {getattr(m, n) for m in (np, np.linalg) for n in ("matrix_transpose", 
 
 
 # -- operators and methods on Tracer -----------------------------------------------------------
+def _defer_to_selection(op):
+    def f(s, o):
+        if type(o) is Selection:
+            return NotImplemented
+        return op(s, o)
+    f.__name__ = getattr(op, "__name__", "op")
+    return f
+
+
 def _install():
     T = Tracer
     T.__add__ = lambda s, o: F.add(s, o)
@@ -1991,6 +2000,12 @@ def _install():
     T.all = lambda s, *a, **k: array_function(own["all"], (s,) + a, k)
     T.argsort = lambda s, *a, **k: array_function(own["argsort"], (s,) + a, k)
     T.compress = lambda s, condition, axis=None, out=None: _compress(condition, s, axis, out)
+    # t - x[mask] with a traced t: x[mask]'s own reflected operator takes it (masked.py)
+    for name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+                 "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__floordiv__",
+                 "__rfloordiv__", "__mod__", "__rmod__", "__lt__", "__le__", "__gt__",
+                 "__ge__", "__eq__", "__ne__"):
+        setattr(T, name, _defer_to_selection(getattr(T, name)))
     T.put = lambda s, indices, values, mode="raise": _put(s, indices, values, mode)
     # a sort is a valid partition (np.partition is C.sort too)
     T.partition = lambda s, kth, axis=-1, kind=None, order=None: s.sort(axis)

@@ -1,0 +1,43 @@
+"""Sweep 28's finds: masked writes with the Python number on the left of the operator, ..."""
+import numpy as np
+import pytest
+from finite_differences import numgrad as _fd
+
+import adjit
+from adjit.ir.errors import UnsupportedError
+
+P = np.array([0.1, 0.567, 0.667, 0.167, 0.833])
+
+REFLECTED = {
+    "1 - x[m]": lambda x, m: 1 - x[m], "1 / x[m]": lambda x, m: 1.0 / x[m],
+    "2 ** x[m]": lambda x, m: 2 ** x[m], "3 // x[m]": lambda x, m: 3.0 // x[m],
+    "3 % x[m]": lambda x, m: 3.0 % x[m], "1 / (1 + x[m])": lambda x, m: 1 / (1 + x[m]),
+    "3 - 2 * x[m]": lambda x, m: 3.0 - 2 * x[m], "0 - x[m]": lambda x, m: 0 - x[m],
+    "max(x) - x[m]": lambda x, m: np.max(x) - x[m], "x[0] / x[m]": lambda x, m: x[0] / x[m],
+    "x[m] < x[0]": lambda x, m: (x[0] > x[m]) * 1.0,
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", list(REFLECTED))
+def test_masked_write_with_the_number_on_the_left(name, backend):
+    # sweep 28: 1 - x[m] computed x[m] - 1 (the reflected operator swapped its operands), and
+    # a traced number on the left was refused
+    e = REFLECTED[name]
+
+    def f(p):
+        q = p.copy()
+        m = p > 0.5
+        q[m] = e(p, m)
+        return np.sum(q * np.arange(5))
+    np.testing.assert_allclose(adjit.compile(f, backend=backend)(P), f(P), rtol=1e-14)
+    if "//" not in name and "%" not in name and "<" not in name:
+        np.testing.assert_allclose(adjit.grad(f, backend=backend)(P), _fd(f, P), atol=1e-7)
+
+
+def test_a_matrix_product_of_masked_selections_is_refused_by_name():
+    def f(x, w):
+        m = x > 0
+        return x[m] @ w[m]
+    with pytest.raises(UnsupportedError, match=r"a matrix product of x\[mask\].*np\.where"):
+        adjit.compile(f)(np.ones(3), np.ones(3))
