@@ -1006,7 +1006,22 @@ def _weak_number(x):
     return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
+# why some NumPy functions cannot take traced arrays, and what to write instead
+_UNSUPPORTED_WHY = {
+    "unique": ": its result's length depends on the values (the number of distinct ones), "
+              "which are not known while tracing. For a group-by over labels, compute "
+              "u, inv = np.unique(labels, return_inverse=True) outside the function, pass inv "
+              "in and sum by group with s = np.zeros(k); np.add.at(s, inv, x) (k = len(u): a "
+              "static argument or a constant), or close over the labels (a global or closure "
+              "NumPy array is a constant: np.unique of it is NumPy's); np.sort keeps every "
+              "element",
+}
+
+
 def _unsupported(name):
+    why = _UNSUPPORTED_WHY.get(name)
+    if why is not None:
+        raise UnsupportedError(f"np.{name} of a traced array{_at_lib(user_where())}{why}")
     raise UnsupportedError(
         f"np.{name} is not supported by adjit{_at_lib(user_where())}. Write it with supported "
         "NumPy operations (see adjit.frontend.numpy_api.FUNCTIONS and UFUNCS), or with "

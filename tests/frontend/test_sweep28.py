@@ -41,3 +41,20 @@ def test_a_matrix_product_of_masked_selections_is_refused_by_name():
         return x[m] @ w[m]
     with pytest.raises(UnsupportedError, match=r"a matrix product of x\[mask\].*np\.where"):
         adjit.compile(f)(np.ones(3), np.ones(3))
+
+
+def test_unique_of_traced_labels_says_why_and_the_group_by_to_write():
+    def loss(x, groups):
+        u, inv = np.unique(groups, return_inverse=True)
+        return np.sum(x[inv])
+    with pytest.raises(UnsupportedError, match=r"np\.unique of a traced array.*test_sweep28.py"
+                                               r".*depends on the values.*np\.add\.at"):
+        adjit.grad(loss)(np.ones(4), np.array([0, 1, 0, 2]))
+
+    def by_group(x, inv, k):          # the form the message gives
+        s, c = np.zeros(k), np.zeros(k)
+        np.add.at(s, inv, x)
+        np.add.at(c, inv, 1.0)
+        return np.sum((x - (s / c)[inv]) ** 2)
+    x, inv = np.array([1.0, 2, 4, 3]), np.array([0, 1, 0, 2])
+    assert adjit.gradcheck(by_group, x, inv, 3, static_argnums=2) < 1e-6
