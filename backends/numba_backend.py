@@ -35,7 +35,8 @@ from .numpy_backend import Codegen, as_array
 NAME = "numba"
 FUSES = True
 # a kernel's compile time grows with its arguments (LLVM took 25 s for one of 200)
-FUSION_OPTIONS = {"reductions": True, "max_inputs": 16, "min_size": 2}
+FUSION_OPTIONS = {"reductions": True, "max_inputs": 16, "min_size": 2,
+                  "join_reduction": lambda g, members, r: _joins(g, members, r)}
 
 # below this many elements a group is NumPy code, not a kernel (see the module docstring)
 MIN_KERNEL_SIZE = 4096
@@ -75,11 +76,22 @@ _LIBM_F32 = {"exp": 0.5, "log": 1.0, "exp2": 1.0, "log2": 1.0, "log10": 1.0, "lo
              "arctanh": 3.0, "arctan2": 3.0, "sinh": 3.0, "cosh": 3.0, "pow": 2.5, "tan": 3.0}
 # float32 tanh is adjit's own rational function in kernels (numba_helpers), which vectorises
 _OWN_F32 = frozenset(("tanh",))
-# a group summed along its innermost axis runs a loop that is not vectorised (numba_kernels:
-# the sum is a local carried through it), which calls the C library's exp and log after all
-# (numba_helpers.SCALAR_FORMS): they weigh as calls again (NumPy / numba ns per element, as
-# above: exp and log 0.6 / 3.2, log1p 0.7 / 10, expm1 0.8 / 11)
-_SCALAR_LOOP = {"exp": 0.5, "log": 0.5, "log1p": 1.0, "expm1": 1.0}
+# ops whose kernel loop vectorises (numba_helpers' own forms) unless the loop also carries a
+# sum along the innermost axis (the sum is a local added in order, so LLVM keeps the loop
+# scalar, and a summed tanh ran 6x slower than np.tanh and np.sum): such a reduction does not
+# join their group (the group writes its values, np.sum's SIMD loop adds them)
+_VECTORISED = frozenset(("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "logaddexp",
+                         "logaddexp2"))
+
+
+def _joins(g, members, r):
+    """May reduction r join the fused group `members` (passes/fusion.py join_reduction)?"""
+    shape = tuple(g[g.args(r)[0]]["shape"])
+    if not shape or shape[-1] == 1:
+        return True
+    if (len(shape) - 1) not in {int(a) % len(shape) for a in g[r]["attrs"]["axis"]}:
+        return True          # summed across rows: the loop over a row stays vectorised
+    return not any(g[m]["op"] in _VECTORISED for m in members)
 CHEAP_PER_CALL = 4
 
 
@@ -109,8 +121,6 @@ def as_kernel(g, run, min_kernel_size) -> bool:
         return True
     f32 = all(g[x]["dtype"] == np.float32 for x in list(d0["args"]) + list(run))
     table = _LIBM_F32 if f32 else _LIBM
-    if _inner_sum(a):
-        table = {**table, **_SCALAR_LOOP}
     calls = cheap = 0
     for ins in a["expr"]:
         if OPS[ins.op].fusion != "map":
@@ -122,16 +132,6 @@ def as_kernel(g, run, min_kernel_size) -> bool:
         else:
             cheap += 1
     return calls == 0 or cheap >= CHEAP_PER_CALL * calls
-
-
-def _inner_sum(a) -> bool:
-    """Does the fused group reduce along its innermost axis (of more than one element)?"""
-    shape = tuple(a["shape"])
-    if not shape or shape[-1] == 1:
-        return False
-    last = len(shape) - 1
-    return any(red is not None and (last in tuple(int(x) % len(shape) for x in red[1]))
-               for _, red in a["outputs"])
 
 
 def why_unusable():

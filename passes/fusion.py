@@ -29,7 +29,8 @@ HOLD_BYTES = 1 << 16
 _WORK = frozenset(("elementwise", "reduction", "matmul", "index", "layout"))
 
 
-def fuse_elementwise(g: Graph, reductions=True, max_inputs=None, min_size=0) -> Graph:
+def fuse_elementwise(g: Graph, reductions=True, max_inputs=None, min_size=0,
+                     join_reduction=None) -> Graph:
     """Return a fused copy of g (g is unchanged).
 
     reductions: let sum/max of a group's value join the group (a backend whose fused code
@@ -39,8 +40,11 @@ def fuse_elementwise(g: Graph, reductions=True, max_inputs=None, min_size=0) -> 
     min_size: nodes of fewer elements stay unfused (for a backend that runs small groups as
     the same NumPy statements anyway, fusing scalars only costs compile time: a scalar-style
     program of 100,000 nodes spent most of its compile in the cycle search).
+    join_reduction(g, members, r) -> bool: may reduction r join the group of these nodes (a
+    backend whose summing loops cannot vectorise what the group computes says no)?
     """
     f = _Fuser(g, max_inputs, min_size)
+    f.join_reduction = join_reduction
     f.group_elementwise()
     if reductions:
         f.join_reductions()
@@ -60,6 +64,7 @@ def _fusion(g, n):
 class _Fuser:
     def __init__(self, g, max_inputs=None, min_size=0):
         self.g = g
+        self.join_reduction = None
         self.max_inputs = max_inputs
         self.users = {n: g.users(n) for n in g.nodes()}
         self.members = {n for n in g.nodes() if _fusion(g, n) == "map"
@@ -235,6 +240,9 @@ class _Fuser:
             if a not in self.members:
                 continue
             root = self.find(a)
+            if self.join_reduction is not None and \
+                    not self.join_reduction(g, self.sets[root], r):
+                continue
             axes = tuple(g[r]["attrs"]["axis"])
             if any(tuple(g[q]["attrs"]["axis"]) != axes for q in self.reduces.get(root, [])):
                 continue
