@@ -58,11 +58,11 @@ def scratch_bytes(g, n, placed=None):
 # use SIMD code, weighted by how much slower the call is (ns per float64 element on the
 # project's machine, NumPy / numba: arctan 0.7 / 8, x ** 2.4 1.5 / 8.4; sin and cos 9 / 9 and
 # sqrt 1.0 / 0.3 are no faster in NumPy). exp, expm1, log, log1p and tanh are numba_helpers'
-# own vectorised forms, as fast as NumPy's in float64 (exp 1.4 / 0.8, tanh 2.1 / 1.7, 65536
-# elements, tests/backends/test_numba.py checks their accuracy): not calls.
+# own vectorised forms, nearly as fast as NumPy's in float64 (exp 1.3 / 0.8, tanh 2.1 / 1.7,
+# benchmarks/kernel_math.py): they weigh a little, so exp(x) * 2 alone stays NumPy code.
 # A small group such as arctan(x) * 2 + x runs several times faster as NumPy code; a large one
 # whose cheap ops outnumber the calls 4 to 1 stays a kernel (one pass over memory, not many).
-_LIBM = {"arctan": 1.0, "arcsin": 1.0, "arccos": 1.0, "arcsinh": 1.0, "arccosh": 1.0,
+_LIBM = {"exp": 0.3, "expm1": 0.3, "log": 0.3, "log1p": 0.3, "tanh": 0.3, "arctan": 1.0, "arcsin": 1.0, "arccos": 1.0, "arcsinh": 1.0, "arccosh": 1.0,
          "arctanh": 1.0, "arctan2": 1.0, "erf": 1.0, "erfc": 1.0, "exp2": 0.5, "cbrt": 1.0,
          "sinh": 1.0, "cosh": 1.0, "log2": 0.5, "log10": 0.5, "pow": 1.0, "tan": 1.0}
 # float32: NumPy's SIMD loops are 5-40x faster than numba's per-element calls (ns per element,

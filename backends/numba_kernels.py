@@ -296,6 +296,9 @@ class _Source:
             fields = {k: (f"np.{np.dtype(v).name}" if k == "dtype" else v)
                       for k, v in ins.attrs.items()}
             expr = spelling.format(*[val[q] for q in ins.args], **fields)
+            e = _whole_exponent(self.a, self.n_in, ins) if dt.kind == "f" else None
+            if e is not None:       # x ** 3: products (LLVM calls pow() for any other power)
+                expr = _power(val[ins.args[0]], e)
             if OPS[ins.op].fusion == "broadcast":
                 val[r] = expr
                 continue
@@ -326,6 +329,36 @@ class _Source:
                 cell = self._access(n_ins + k, arr)
                 lines.append(f"{cell} = {self._combine(k, cell, val[ref])}")
         return lines
+
+
+def _whole_exponent(a, n_in, ins):
+    """The exponent of a pow instruction when it is a constant whole number from 3 to 8 in
+    magnitude (2 and -1 LLVM turns into x * x and 1 / x itself), else None."""
+    if ins.op != "pow":
+        return None
+    r = ins.args[1]
+    while r >= n_in and a["expr"][r - n_in].op in ("broadcast_to", "cast"):
+        r = a["expr"][r - n_in].args[0]
+    if r < n_in or a["expr"][r - n_in].op != "const":
+        return None
+    v = np.asarray(a["expr"][r - n_in].attrs["value"])
+    if v.size != 1:
+        return None
+    v = float(v.reshape(-1)[0])
+    return int(v) if v == round(v) and 3 <= abs(v) <= 8 else None
+
+
+def _power(x, e):
+    """x ** e for a whole e as products (square and multiply), as jax.lax.integer_pow."""
+    parts, sq, k = [], x, abs(e)
+    while k:
+        if k & 1:
+            parts.append(sq)
+        k >>= 1
+        if k:
+            sq = f"({sq} * {sq})"
+    prod = " * ".join(parts)
+    return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
 
 
 def _unwrap(expr):
