@@ -68,6 +68,13 @@ class Program:
     def ir(self) -> str:
         return str(self.graph)
 
+    @property
+    def namespace(self) -> dict:
+        """The names the generated source refers to (its constants `_rt_consts`, the runtime
+        helpers `_rt_ops`, the kernels): `exec(prog.source, dict(prog.namespace))` defines
+        the program's function again."""
+        return dict(getattr(self.fn, "__globals__", {}))
+
     def flat_args(self, args):
         leaves = []
         for i, a in enumerate(args):

@@ -67,3 +67,15 @@ def test_expm1_gradient_keeps_its_precision_for_very_negative_x(dtype):
     for backend in ("numpy", "numba"):
         g = adjit.grad(lambda x: np.sum(np.expm1(x)), backend=backend)(x)
         np.testing.assert_allclose(g, np.exp(x), rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_generated_source_runs_again_from_the_programs_namespace(backend):
+    import re
+    f = adjit.grad(lambda w, x: np.sum(np.tanh(x @ w)), backend=backend)
+    w, x = np.linspace(-1, 1, 3), np.ones((5000, 3))
+    prog = f.lower(w, x)
+    ns = dict(prog.namespace)
+    exec(prog.source, ns)       # noqa: S102 - the program's own source, as README says
+    again = ns[re.search(r"^def (\w+)\(", prog.source, re.M).group(1)]
+    np.testing.assert_array_equal(again(w, x)[0], f(w, x))
