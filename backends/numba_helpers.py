@@ -60,7 +60,6 @@ def _tanh_f32(x):
     return x if abs(x) < _f32(0.0004) else p / q
 
 
-
 # -- exp, expm1, log, log1p and tanh without C library calls ----------------------------------
 # numba calls the C library's exp, log, tanh for each element, and without a vector math
 # library (SVML) a loop holding such a call is not vectorised: math.tanh cost 32 ns an element
@@ -339,7 +338,7 @@ def _rt_tanh(x):
 @overload(_rt_tanh, inline="always")
 def _tanh_impl(x):
     if x == types.float32:
-        return lambda x: _tanh_f32(x)    # Eigen's float32 rational form (XLA's too)
+        return lambda x: _tanh_f32(x)    # Eigen's float32 rational form
     return lambda x: _tanh64(x)
 
 
