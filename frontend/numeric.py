@@ -1202,21 +1202,25 @@ def angle(z, deg=False):
     return F.mul(r, 180.0 / np.pi) if deg else r
 
 
-def _refuse_traced_samples(name, *data, bins=None):
-    if isinstance(B.resolve(bins), Tracer):
-        raise UnsupportedError(f"{name} with traced bins{_at(user_where())}: the edges must be "
-                               f"constants{B.resolve(bins).argument_hint()}")
+def _refuse_traced_samples(name, *data, bins=None, range=None):
+    for what, v in (("bins", bins), ("range", range)):
+        parts = v if isinstance(v, (tuple, list)) else (v,)
+        traced = [B.resolve(p) for p in parts if isinstance(B.resolve(p), Tracer)]
+        if traced:
+            raise UnsupportedError(f"{name} with traced {what}{_at(user_where())}: the edges "
+                                   f"must be constants{traced[0].argument_hint()}")
     if any(isinstance(B.resolve(d), Tracer) for d in data):
         raise UnsupportedError(
             f"{name} of traced data{_at(user_where())}: which bin a sample falls in is not "
-            "differentiable. Pass the samples as constants (traced weights are fine), or write "
-            "a soft histogram (e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
+            "differentiable. Pass the samples as constants (a NumPy array the function closes "
+            "over or reads from a global; traced weights are fine), or write a soft histogram "
+            "(e.g. a sum of np.exp(-(x[:, None] - centers) ** 2 / h))")
 
 
 def histogram(a, bins=10, range=None, density=None, weights=None):
     """np.histogram of constant data with traced weights: the weights summed per bin (NumPy's
     bins, the last one closed). Traced data would move samples between bins: refused."""
-    _refuse_traced_samples("np.histogram", a, bins=bins)
+    _refuse_traced_samples("np.histogram", a, bins=bins, range=range)
     a = np.asarray(a)
     edges = np.histogram_bin_edges(a, bins, range)
     if weights is None:
@@ -1270,7 +1274,7 @@ def _binned(sample, edges, weights, density):
 
 def histogramdd(sample, bins=10, range=None, density=None, weights=None):
     """np.histogramdd of a constant sample with traced weights (NumPy's edges)."""
-    _refuse_traced_samples("np.histogramdd", sample, bins=bins)
+    _refuse_traced_samples("np.histogramdd", sample, bins=bins, range=range)
     _, edges = np.histogramdd(sample, bins, range)
     if weights is None:
         return np.histogramdd(sample, edges, density=density)
@@ -1281,7 +1285,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
 
 def histogram2d(x, y, bins=10, range=None, density=None, weights=None):
     """np.histogram2d of constant x, y with traced weights: (H, xedges, yedges)."""
-    _refuse_traced_samples("np.histogram2d", x, y, bins=bins)
+    _refuse_traced_samples("np.histogram2d", x, y, bins=bins, range=range)
     _, xe, ye = np.histogram2d(x, y, bins, range)
     if weights is None:
         return np.histogram2d(x, y, [xe, ye], density=density)

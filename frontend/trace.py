@@ -500,11 +500,21 @@ def _name_the_unbound_method(e):
                   r"'(Tracer|Buffer)' object", str(e)) if isinstance(e, TypeError) else None
     if m is None:
         return
-    tb, frame = e.__traceback__, None
+    tb, frame, masked = e.__traceback__, None, False
     while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_ADJIT_DIRS):
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(_ADJIT_DIRS):
             frame = tb.tb_frame
+        masked = masked or f"{os.sep}numpy{os.sep}ma{os.sep}" in name
         tb = tb.tb_next
+    where = _at(user_where(frame)) if frame is not None else ""
+    if masked:      # np.ma.masked_array(x, mask) & co. of a traced x: NumPy's view of it
+        raise TraceError(
+            f"a masked array of a traced array (np.ma){where}: adjit traces plain arrays, and "
+            "a masked array's operations skip its masked entries. Use the data and the mask "
+            "as two arrays: np.where(mask, fill, x) to set the masked entries, "
+            "np.sum(np.where(mask, 0, x)) for a masked sum, np.sum(~mask) for the count"
+        ) from e
     name = m.group(1)
     raise TraceError(
         f"np.ndarray.{name}(x) calls NumPy's own method on a traced array"

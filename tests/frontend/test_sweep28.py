@@ -79,3 +79,19 @@ def test_the_generated_source_runs_again_from_the_programs_namespace(backend):
     exec(prog.source, ns)       # noqa: S102 - the program's own source, as README says
     again = ns[re.search(r"^def (\w+)\(", prog.source, re.M).group(1)]
     np.testing.assert_array_equal(again(w, x)[0], f(w, x))
+
+
+def test_masked_array_constructors_and_a_traced_histogram_range_say_what_to_write():
+    m = np.array([0, 1, 0, 0, 1], bool)
+    for f in (lambda x: np.sum(np.ma.masked_array(x, mask=m) ** 2),
+              lambda x: np.sum(np.ma.array(x, mask=m))):
+        with pytest.raises(adjit.TraceError, match=r"masked array of a traced array.*"
+                                                   r"test_sweep28.py.*np\.where\(mask"):
+            adjit.grad(f)(np.ones(5))
+    data = np.random.default_rng(0).normal(size=50)
+
+    def hist(r, w):
+        return np.histogram(data, bins=4, range=(r[0], r[1]), weights=w)[0].sum()
+    with pytest.raises(UnsupportedError, match=r"np\.histogram with traced range at "
+                                               r"test_sweep28.py.*constants"):
+        adjit.compile(hist)(np.array([-1.0, 1.0]), np.ones(50))
