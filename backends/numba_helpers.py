@@ -318,12 +318,6 @@ def _float64_helper(body):
     return helper
 
 
-# the C library's functions for the same values, for loops that are not vectorised anyway
-# (numba_kernels: a reduction along the innermost axis), where one call beats the polynomial
-# (exp 5 ns an element against 8 here)
-SCALAR_FORMS = {"_rt_exp": "math.exp", "_rt_expm1": "math.expm1", "_rt_log": "math.log",
-                "_rt_log1p": "math.log1p"}
-
 _rt_exp = _float64_helper(_exp_body)
 _rt_expm1 = _float64_helper(_expm1_body)
 _rt_log = _float64_helper(_log_body)

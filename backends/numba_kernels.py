@@ -19,7 +19,6 @@ from ..ir.fused import value_types
 from ..ir.ops import OPS
 from .codegen import comment
 from .fused_numpy import needed
-from .numba_helpers import SCALAR_FORMS
 
 BLOCK = 512   # elements of the parallel axis per task when that axis is not the outermost
 
@@ -272,10 +271,6 @@ class _Source:
     # -- one element ----------------------------------------------------------------------------
     def _element(self, accs, shown, psum):
         need = needed(self.a, self.n_in, self.which)
-        # a loop carrying a sum in a local (a reduction along the innermost axis) is not
-        # vectorised (floating-point sums keep their order), and one at a time the C
-        # library's exp and log are faster than numba_helpers' vectorisable forms
-        scalar = SCALAR_FORMS if accs else {}
         lines, last = [], None
         for pos, k in enumerate(self.ins):
             lines.append(f"a{k} = {self._access(pos, f'in{k}')}")
@@ -291,8 +286,6 @@ class _Source:
             spelling = OPS[ins.op].scalar
             if spelling is None:
                 raise NotImplementedError(f"op {ins.op!r} has no scalar spelling for kernels")
-            for helper, form in scalar.items():
-                spelling = spelling.replace(helper + "(", form + "(")
             fields = {k: (f"np.{np.dtype(v).name}" if k == "dtype" else v)
                       for k, v in ins.attrs.items()}
             expr = spelling.format(*[val[q] for q in ins.args], **fields)

@@ -50,7 +50,7 @@ except ImportError:  # tqdm only draws progress bars: without it, training runs 
             print(s)
 
 __all__ = ["DataError", "Dataset", "load", "load_sample", "read_idx", "write_idx",
-           "load_idx_dir", "download", "to_float", "check_dataset", "batches", "num_batches"]
+           "load_idx_dir", "download", "to_float", "check_dataset", "check_label_shape", "batches", "num_batches"]
 
 SAMPLE_PATH = Path(__file__).resolve().parent / "_data" / "mnist_sample.npz"
 
@@ -364,6 +364,24 @@ def to_float(X):
     return X.reshape(len(X), -1).astype(np.float32) / np.float32(255)
 
 
+def check_label_shape(y, name="data"):
+    """Raise `DataError` unless the class labels y are one index per row (1-D): a column
+    (n, 1), as labels are often read, or one-hot rows say how to make them so."""
+    y = np.asarray(y)
+    if y.ndim == 1:
+        return
+    integers = y.dtype.kind in "iub"
+    if y.ndim == 2 and y.shape[1] == 1:
+        hint = "use y.ravel()"
+    elif y.ndim == 2:
+        hint = "for one-hot labels use y.argmax(axis=1)" + (
+            ", or y.astype(np.float32) as class probabilities" if integers else "")
+    else:
+        hint = "give one class index per example"
+    raise DataError(f"{name}: {'integer ' if integers else ''}labels must be a 1-D array of "
+                    f"class indices, got shape {y.shape}; {hint}")
+
+
 def check_dataset(X, y, num_classes=10, *, name="data"):
     """Raise `DataError` unless X holds (n, features) finite values and y n labels 0..num_classes-1.
 
@@ -381,9 +399,7 @@ def check_dataset(X, y, num_classes=10, *, name="data"):
     if num_classes is None:
         _check_targets(X, y, name)
         return
-    if y.ndim != 1:
-        hint = "; for one-hot labels use y.argmax(axis=1)" if y.ndim == 2 else ""
-        raise DataError(f"{name}: expected labels as a 1-D array, got shape {y.shape}{hint}")
+    check_label_shape(y, name)
     if len(X) != len(y):
         raise DataError(f"{name}: {len(X)} images but {len(y)} labels; they must match")
     if len(X) == 0:

@@ -208,20 +208,10 @@ class Trainer:
                                       self.optimizer.config())
 
     def _check_label_shape(self, y, name):
-        """Integer labels for softmax_cross_entropy are one class index per row: a column
-        (n, 1), as labels are often read, or one-hot rows are not (their dtype is right)."""
-        if self.loss_fn is not softmax_cross_entropy or y.dtype.kind not in "iub" or \
-                y.ndim == 1:
-            return
-        if y.ndim == 2 and y.shape[1] == 1:
-            hint = "use y.ravel()"
-        elif y.ndim == 2:
-            hint = ("for one-hot labels use y.argmax(axis=1), or y.astype(np.float32) as "
-                    "class probabilities")
-        else:
-            hint = "give one class index per example"
-        raise D.DataError(f"{name}: integer labels must be a 1-D array of class indices, "
-                          f"got shape {y.shape}; {hint}")
+        """Integer labels for softmax_cross_entropy are class indices whatever their shape
+        (their dtype is right): a column (n, 1) or one-hot rows are named as such."""
+        if self.loss_fn is softmax_cross_entropy and y.dtype.kind in "iub":
+            D.check_label_shape(y, name)
 
     def _check_batch_targets(self, params, X, y):
         if not isinstance(y, np.ndarray):
