@@ -50,7 +50,8 @@ except ImportError:  # tqdm only draws progress bars: without it, training runs 
             print(s)
 
 __all__ = ["DataError", "Dataset", "load", "load_sample", "read_idx", "write_idx",
-           "load_idx_dir", "download", "to_float", "check_dataset", "check_label_shape", "batches", "num_batches"]
+           "load_idx_dir", "download", "to_float", "check_dataset", "check_label_shape",
+           "batches", "num_batches"]
 
 SAMPLE_PATH = Path(__file__).resolve().parent / "_data" / "mnist_sample.npz"
 
