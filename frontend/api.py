@@ -1168,19 +1168,17 @@ def _mapped_value_needed(e, fn, args, specs):
     """A value needed while tracing (x[:n], np.arange(n)) that is a mapped argument of vmap:
     the usual advice (make it static) cannot apply, as each element has its own value."""
     from .trace import arg_names
+    head, arg = getattr(e, "needed", (None, None))
     names = arg_names(fn, len(args))
-    msg = str(e)
-    for i, spec in specs.items():
-        if spec is None or i >= len(names) or f"the argument {names[i]!r}" not in msg or \
-                ", but arguments are traced" not in msg:
-            continue
-        head = msg.split(", but arguments are traced")[0]
-        raise TraceError(
-            f"{head}, but {names[i]!r} is mapped by vmap: each element of the stack has its "
-            "own value, so the value is not known while tracing and cannot be static. Write "
-            "the computation for every length at once with a mask: x[:n].sum() is "
-            "np.where(np.arange(len(x)) < n, x, 0).sum(), and np.arange(n) or np.zeros(n) "
-            "become a fixed-length arange compared with n") from None
+    if arg is None or not any(spec is not None and i < len(names) and names[i] == arg
+                              for i, spec in specs.items()):
+        return
+    raise TraceError(
+        f"{head}, but {arg!r} is mapped by vmap: each element of the stack has its own value, "
+        "so the value is not known while tracing and cannot be static. Write the computation "
+        "for every length at once with a mask: x[:n].sum() is "
+        "np.where(np.arange(len(x)) < n, x, 0).sum(), and np.arange(n) or np.zeros(n) become "
+        "a fixed-length arange compared with n") from None
 
 
 def _none_at(in_axes, i, n):

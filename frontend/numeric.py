@@ -451,9 +451,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         if xp.ndim != 1 or tuple(_shape_of(fp)) != xp.shape:
             raise ShapeError(f"np.interp: xp {xp.shape} and fp {tuple(_shape_of(fp))} must be "
                              f"1-d and of the same length{where}")
-        xp = xp % period
-        order = np.argsort(xp, kind="stable")
-        xp = np.concatenate((xp[order][-1:] - period, xp[order], xp[order][:1] + period))
+        order = np.argsort(xp % period, kind="stable")
+        xp = (xp % period)[order]
+        xp = np.concatenate((xp[-1:] - period, xp, xp[:1] + period))
         fp = F.getitem(F.cast(fp, np.float64), np.concatenate((order[-1:], order, order[:1])))
         return interp(remainder(F.cast(x, np.float64), period), xp, fp)
     if _dtype_of(fp).kind == "c":

@@ -751,7 +751,7 @@ class Tracer:
             # a Python int argument, or an np.int64 one (range(n) with n = np.int64(3))
             which = (f"the value of the argument {d['name']!r}" if d["op"] == "input"
                      else "a value computed from Python int arguments")
-            raise TraceError(
+            e = TraceError(
                 f"{what} needs {which}{_at_lib(w)}, but arguments are traced: their "
                 "values are not known while tracing. A Python int that sets an axis, a shape, "
                 "a count or a position is configuration: mark it static (static_argnums=...) "
@@ -760,6 +760,11 @@ class Tracer:
                 "number that changes every call (a step counter that picks the minibatch) "
                 "would compile a program per call: take the batch outside (X[idx]) and pass "
                 "it in as an argument.")
+            # for vmap, whose mapped arguments cannot be static (api._mapped_value_needed):
+            # what needed the value, and the argument's name
+            e.needed = (f"{what} needs {which}{_at_lib(w)}",
+                        d["name"] if d["op"] == "input" else None)
+            raise e
         dot = _DOT if w is not None and ".dot(" in w.text and what.startswith(
             ("converting", "float", "int")) else ""
         if w is not None and _STORE.search(w.text) and what.startswith(("converting", "float",
