@@ -29,7 +29,7 @@ from .codegen import comment, load_module, node_comment
 from .fused_numpy import numpy_group
 from .fused_numpy import in_place_ok  # noqa: F401 - the schedule's rule (see build)
 from .fused_numpy import scratch_bytes as numpy_scratch_bytes
-from .numba_kernels import kernel_spec
+from .numba_kernels import kernel_spec, whole_exponent
 from .numpy_backend import Codegen, as_array
 
 NAME = "numba"
@@ -95,20 +95,6 @@ def _joins(g, members, r):
 CHEAP_PER_CALL = 4
 
 
-def _small_whole_exponent(g, d0, a, ins):
-    """Is the exponent of a fused pow a constant whole number up to 8 in magnitude?"""
-    r, n_in = ins.args[1], len(d0["args"])
-    while r >= n_in and a["expr"][r - n_in].op in ("broadcast_to", "cast"):
-        r = a["expr"][r - n_in].args[0]
-    if r >= n_in:
-        e = a["expr"][r - n_in]
-        v = e.attrs.get("value") if e.op == "const" else None
-    else:
-        from ..passes.simplify import uniform_value
-        v = uniform_value(g, d0["args"][r])
-    return v is not None and float(v) == round(float(v)) and abs(float(v)) <= 8
-
-
 def as_kernel(g, run, min_kernel_size) -> bool:
     """Does fused group `run` become a numba kernel (else NumPy code)? Not when it is too
     small to repay a compile, has a dtype numba lacks, or is mostly calls NumPy vectorises.
@@ -125,7 +111,7 @@ def as_kernel(g, run, min_kernel_size) -> bool:
     for ins in a["expr"]:
         if OPS[ins.op].fusion != "map":
             continue
-        if ins.op == "pow" and _small_whole_exponent(g, d0, a, ins):
+        if ins.op == "pow" and whole_exponent(a, len(d0["args"]), ins) is not None:
             cheap += 1          # x ** 3: products, no library call
         elif ins.op in table and not (f32 and ins.op in _OWN_F32):
             calls += table[ins.op]

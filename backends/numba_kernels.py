@@ -289,9 +289,9 @@ class _Source:
             fields = {k: (f"np.{np.dtype(v).name}" if k == "dtype" else v)
                       for k, v in ins.attrs.items()}
             expr = spelling.format(*[val[q] for q in ins.args], **fields)
-            e = _whole_exponent(self.a, self.n_in, ins) if dt.kind == "f" else None
-            if e is not None:       # x ** 3: products (LLVM calls pow() for any other power)
-                expr = _power(val[ins.args[0]], e)
+            e = whole_exponent(self.a, self.n_in, ins) if dt.kind == "f" else None
+            if e is not None and abs(e) >= 3:   # x ** 3: products (x ** 2 and x ** -1 LLVM
+                expr = _power(val[ins.args[0]], e)    # rewrites itself; others call pow())
             if OPS[ins.op].fusion == "broadcast":
                 val[r] = expr
                 continue
@@ -324,9 +324,10 @@ class _Source:
         return lines
 
 
-def _whole_exponent(a, n_in, ins):
-    """The exponent of a pow instruction when it is a constant whole number from 3 to 8 in
-    magnitude (2 and -1 LLVM turns into x * x and 1 / x itself), else None."""
+def whole_exponent(a, n_in, ins):
+    """The exponent of a pow instruction of the group `a` when it is a constant whole number
+    up to 8 in magnitude, which the kernel computes with products (no pow() call), else None;
+    numba_backend.as_kernel counts such a power as cheap."""
     if ins.op != "pow":
         return None
     r = ins.args[1]
@@ -338,7 +339,7 @@ def _whole_exponent(a, n_in, ins):
     if v.size != 1:
         return None
     v = float(v.reshape(-1)[0])
-    return int(v) if v == round(v) and 3 <= abs(v) <= 8 else None
+    return int(v) if v == round(v) and abs(v) <= 8 else None
 
 
 def _power(x, e):
