@@ -70,6 +70,13 @@ def _static_key(v, which=None):
                 arg = f"static argument {i} ({arg_names(fn, i + 1)[i]!r})"
             except Exception:  # noqa: BLE001 - a name for the message only
                 arg = f"static argument {i}"
+        if isinstance(v, np.ndarray) and v.dtype.kind in "US":
+            raise TypeError(
+                f"{arg} is an array of strings (shape {v.shape}), which cannot be static: "
+                "static arguments are cached by value and must be hashable. Pass "
+                "tuple(labels) instead (one compiled program per distinct tuple), or integer "
+                "codes computed before the call (u, codes = np.unique(labels, "
+                "return_inverse=True)) as a traced argument") from None
         if isinstance(v, np.ndarray) or hasattr(v, "__array_interface__"):
             raise TypeError(
                 f"{arg} is an array (shape {tuple(np.shape(v))}), which cannot be static: "

@@ -2156,6 +2156,20 @@ def _forces_copy(copy) -> bool:
     return copy is True or (mode is not None and copy is mode.ALWAYS)
 
 
+def _array_of_wrapper(obj):
+    """The traced array a user's array-like object gives from __array__ (a Param class
+    wrapping its values: np.asarray(Param(w)) is w), None for anything else; NumPy refuses
+    an __array__ that does not return an ndarray."""
+    method = getattr(type(obj), "__array__", None)
+    if method is None or isinstance(obj, (np.ndarray, Tracer)):
+        return None
+    try:
+        inner = obj.__array__()
+    except Exception:  # noqa: BLE001 - NumPy's own error stands
+        return None
+    return inner if isinstance(B.resolve(inner), Tracer) else None
+
+
 def _accepting(orig):
     @functools.wraps(orig)
     def constructor(obj, *args, **kwargs):
@@ -2184,7 +2198,13 @@ def _accepting(orig):
                 out = out.reshape((1,) * (ndmin - out.ndim) + out.shape)
             return out
         if not _holds_tracer(obj):
-            r = orig(obj, *args, **kwargs)
+            try:
+                r = orig(obj, *args, **kwargs)
+            except ValueError:
+                inner = _array_of_wrapper(obj)
+                if inner is None:
+                    raise
+                return constructor(inner, *args, **kwargs)
             if isinstance(obj, Table) and type(r) is np.ndarray and \
                     r.__array_interface__["data"][0] == obj.__array_interface__["data"][0] \
                     and r.shape == obj.shape and r.strides == obj.strides and \
@@ -2734,9 +2754,60 @@ def _user_instance(v) -> bool:
     return kind[1]
 
 
+class _ClassAttributes:
+    """A user class's own attributes as a container Tables may be swapped into: an array set
+    in the class body (class Loss: weights = np.array([...])) read as self.weights[labels]
+    or Loss.weights[labels]. One per class (_class_attributes), so that the traces of two
+    threads count their swaps on the same container."""
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def items(self):
+        return list(vars(self.cls).items())
+
+    def __getitem__(self, key):
+        return vars(self.cls)[key]
+
+    def __setitem__(self, key, value):
+        setattr(self.cls, key, value)
+
+
+_class_attributes = {}      # id(user class) -> its _ClassAttributes
+
+
+def _user_classes(v):
+    """The classes of the user's code whose attributes v reads: v itself when it is such a
+    class, else the user's classes in the method resolution order of v's type."""
+    if isinstance(v, type):
+        found = [v] if _user_module_of(v) else []
+    elif _user_instance(v):
+        found = [c for c in type(v).__mro__ if c is not object and _user_module_of(c)]
+    else:
+        return []
+    out = []
+    for cls in found:
+        got = _class_attributes.get(id(cls))
+        if got is None or got.cls is not cls:
+            got = _class_attributes[id(cls)] = _ClassAttributes(cls)
+        out.append(got)
+    return out
+
+
+def _user_module_of(cls) -> bool:
+    mod = sys.modules.get(getattr(cls, "__module__", None) or "")
+    if mod is None or type(cls) is not type:    # (an Enum's or an ABC's metaclass: not ours)
+        return False
+    kind = _module_kinds.get(mod.__name__)
+    if kind is None or kind[0] is not mod:
+        kind = _module_kinds[mod.__name__] = (mod, _is_user_module(mod))
+    return kind[1]
+
+
 def _table_container(v):
     """The dict or list one level into v that Tables may be swapped into: v itself (a dict,
-    an OrderedDict, a list) or a user object's __dict__; None for anything else."""
+    an OrderedDict, a list) or a user object's __dict__; None for anything else (a user
+    class's attributes are _user_classes')."""
     import collections
     if type(v) in (dict, list, collections.OrderedDict, collections.defaultdict):
         return v
@@ -2746,24 +2817,32 @@ def _table_container(v):
     return None
 
 
+def _containers(v):
+    """v's container (_table_container) and the attributes of the user's classes it reads."""
+    c = _table_container(v)
+    return ([c] if c is not None else []) + _user_classes(v)
+
+
 def _table_slots(v, depth=2, seen=None):
     """(container, key, plain array) up to two levels into v: a dict's values, a list's
     items, the attributes of a user object (self.class_weights[labels], TABLES["a"][idx],
     self.params["cw"][labels])."""
-    c = _table_container(v)
     seen = set() if seen is None else seen
-    if c is None or depth == 0 or id(c) in seen:
-        return []
-    seen.add(id(c))
     out = []
-    items = c.items() if isinstance(c, dict) else enumerate(c)
-    for k, x in list(items):
-        if isinstance(k, str) and k.startswith("__"):
+    if depth == 0:
+        return out
+    for c in _containers(v):
+        if id(c) in seen:
             continue
-        if type(x) is np.ndarray:
-            out.append((c, k, x))
-        else:
-            out.extend(_table_slots(x, depth - 1, seen))
+        seen.add(id(c))
+        items = enumerate(c) if isinstance(c, list) else c.items()
+        for k, x in list(items):
+            if isinstance(k, str) and k.startswith("__"):
+                continue
+            if type(x) is np.ndarray:
+                out.append((c, k, x))
+            else:
+                out.extend(_table_slots(x, depth - 1, seen))
     return out
 
 
@@ -2772,19 +2851,21 @@ def _plain_tables(v, keep=(), originals=None, depth=2, seen=None):
     CFG["cache"]["head"] = CFG["w"][:2], HIST.append(W)) made NumPy's again: a stand-in for
     a user's array (in originals) that array itself, a view of one a plain view of the same
     memory; the stand-ins with ids in keep are left to their own restoring."""
-    c = _table_container(v)
     seen = set() if seen is None else seen
-    if c is None or depth == 0 or id(c) in seen:
+    if depth == 0:
         return
-    seen.add(id(c))
-    items = c.items() if isinstance(c, dict) else enumerate(c)
-    for k, x in list(items):
-        if type(x) is Table:
-            if id(x) not in keep:
-                plain = (originals or {}).get(id(x))
-                c[k] = plain if plain is not None else np.ndarray.view(x, np.ndarray)
-        else:
-            _plain_tables(x, keep, originals, depth - 1, seen)
+    for c in _containers(v):
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        items = enumerate(c) if isinstance(c, list) else c.items()
+        for k, x in list(items):
+            if type(x) is Table:
+                if id(x) not in keep:
+                    plain = (originals or {}).get(id(x))
+                    c[k] = plain if plain is not None else np.ndarray.view(x, np.ndarray)
+            else:
+                _plain_tables(x, keep, originals, depth - 1, seen)
 
 
 def _swap_slot(c, k, x, counted):
@@ -2800,7 +2881,12 @@ def _swap_slot(c, k, x, counted):
         entry = _slots[(id(c), k)] = [c, k, x, t, 1]
     else:
         entry = [c, k, x, t, 1]
-    c[k] = t
+    try:
+        c[k] = t
+    except (AttributeError, TypeError):     # a class that refuses new attributes
+        if counted:
+            del _slots[(id(c), k)]
+        return None
     return entry
 
 
@@ -2891,7 +2977,7 @@ def closure_tables(fn):
                 swap(v)              # a dict, a list or a user object: one level in
 
     def swap(v):
-        if _table_container(v) is not None:
+        if _containers(v):
             touched.append(v)
         for c, k, x in _table_slots(v):
             entry = _swap_slot(c, k, x, counted=True)

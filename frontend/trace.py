@@ -153,6 +153,14 @@ def leaf_spec(leaf, what):
                     "x.astype(float) before the call.")
             raise TraceError(f"argument {what} has dtype object; adjit traces numeric arrays "
                              f"only.{hint}")
+        if a.dtype.kind in "US":
+            raise TraceError(
+                f"argument {what} is an array of strings ({a.dtype}); adjit traces numeric "
+                "arrays only, and a static argument must be hashable (not an array). For "
+                "labels, compute integer codes before the call (u, codes = np.unique(labels, "
+                "return_inverse=True)) and pass codes, or pass tuple(labels) with "
+                "static_argnums (one compiled program per distinct tuple), or let the "
+                "function read the array from a global or its closure")
         raise TraceError(f"argument {what} has dtype {a.dtype}; adjit traces numeric arrays "
                          f"only (pass other values as static arguments: static_argnums=...).{hint}")
     if a.dtype.kind == "c":  # pytree.py splits complex arrays; another complex object is not
@@ -279,6 +287,7 @@ def _trace(fn, args, static_argnums, differentiated):
             _name_the_unbound_method(e)
             _name_the_prebound_numpy(e)
             _name_the_post_init(e)
+            _name_the_array_wrapper(e)
             raise
         finally:
             tables()
@@ -568,6 +577,25 @@ def _name_the_post_init(e):
         f"__post_init__, so attributes those set outside the fields are not there. Declare "
         f"it a field ({name}: np.ndarray = dataclasses.field(init=False), set in "
         f"__post_init__ before the call) or compute it inside the function") from e
+
+
+def _name_the_array_wrapper(e):
+    """NumPy's bare "object __array__ method not producing an array": a user's array-like
+    object (a Param wrapping its values) gave a traced array from __array__ to a NumPy
+    function. np.asarray(p) unwraps it (numpy_api._array_of_wrapper); say so."""
+    if not isinstance(e, ValueError) or "__array__ method not producing an array" not in str(e):
+        return
+    tb, frame = e.__traceback__, None
+    while tb is not None:       # the innermost user line
+        w = user_where(tb.tb_frame)
+        if w is not None and w.file == tb.tb_frame.f_code.co_filename:
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    raise TraceError(
+        f"a NumPy function received an object whose __array__ returns a traced array"
+        f"{_at(user_where(frame)) if frame is not None else ''}: traced arrays are not "
+        f"np.ndarray instances (as in JAX), so NumPy refuses it. Unwrap the object first: "
+        f"np.asarray(obj) gives its traced array, or pass the array it holds (obj.a)") from e
 
 
 def _name_the_library(e):

@@ -1,0 +1,72 @@
+"""Sweep 29's finds (and sweep 28's messages left open): class attributes indexed by traced
+positions, array-like wrappers whose __array__ returns a traced array, string labels as an
+argument, ..."""
+import numpy as np
+import pytest
+
+import adjit
+from adjit.ir.errors import TraceError
+
+
+class _Base:
+    shared = np.array([1.0, 2.0, 3.0])
+
+
+class _Loss(_Base):
+    weights = np.array([1.0, 2.0, 0.5, 4.0])          # set in the class body
+    cfg = {"w": np.array([5.0, 6.0, 7.0, 8.0])}
+
+    def __call__(self, w):
+        i = np.argmax(w)
+        return (np.sum(self.weights[i] * w ** 2) + self.shared[i % 3] +
+                _Loss.cfg["w"][i] * w[0])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_class_attribute_tables_take_traced_positions(backend):
+    # sweep 28: an array set in the class body, read as self.weights[i] or Loss.weights[i],
+    # was refused (instance attributes worked)
+    w = np.array([0.1, 0.5, -0.2, 0.3])
+    g = adjit.grad(_Loss(), backend=backend)(w)
+    np.testing.assert_allclose(g, [0.4 + 6.0, 2.0, -0.8, 1.2], rtol=1e-14)
+    # the class holds its own arrays again after the trace
+    assert type(_Loss.weights) is np.ndarray and type(_Base.shared) is np.ndarray
+    assert type(_Loss.cfg["w"]) is np.ndarray
+
+
+class _Param:
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
+def test_an_array_like_wrapper_of_a_traced_array_unwraps():
+    x = np.array([0.5, -1.0, 2.0])
+    g = adjit.grad(lambda w: np.sum(np.asarray(_Param(w)) ** 2))(x)
+    np.testing.assert_allclose(g, 2 * x)
+    g = adjit.grad(lambda w: np.sum(np.array(_Param(w), dtype=np.float64) ** 3))(x)
+    np.testing.assert_allclose(g, 3 * x ** 2)
+    # a NumPy function given the wrapper itself: named, with the way out
+    with pytest.raises(TraceError, match=r"__array__ returns a traced array at .*"
+                                         r"test_sweep29.py:\d+.*np.asarray\(obj\)"):
+        adjit.grad(lambda w: np.sum(_Param(w)) ** 2)(x)
+
+
+def test_string_labels_as_an_argument_say_what_works():
+    x = np.array([1.0, 2.0, 4.0])
+    labels = np.array(["a", "b", "a"])
+
+    def loss(x, labels):
+        u, inv = np.unique(labels, return_inverse=True)
+        s = np.zeros(len(u))
+        np.add.at(s, inv, x)
+        return np.sum(s ** 2)
+    with pytest.raises(TraceError, match=r"array of strings.*codes.*tuple\(labels\)"):
+        adjit.grad(loss)(x, labels)
+    with pytest.raises(TypeError, match=r"array of strings.*tuple\(labels\)"):
+        adjit.grad(loss, static_argnums=1)(x, labels)
+    # what the message says works
+    g = adjit.grad(loss, static_argnums=1)(x, tuple(labels))
+    np.testing.assert_allclose(g, [10.0, 4.0, 10.0])
