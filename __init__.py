@@ -4,7 +4,7 @@
 >>> adjit.grad(lambda w: np.mean((w * 2.0 - 1.0) ** 2))(np.array([0.0, 1.0]))
 array([-2.,  2.])
 """
-from .backends.runtime import MemoryReport, Program, measure_peak_memory
+from .backends.runtime import MemoryReport, Program, measure_peak_memory, tune_malloc
 from .frontend.api import (Compiled, compile, grad, gradcheck, hessian, hvp, jacobian,
                            jvp, value_and_grad, vjp, vmap)
 from .frontend.custom import custom_jvp, custom_vjp
@@ -19,7 +19,8 @@ __all__ = ["AdjitError", "AdjitWarning", "BudgetError", "Compiled", "Graph", "Gr
            "Program", "ShapeError", "TraceError", "UnsupportedError", "VerifyError",
            "compile", "custom_jvp", "custom_vjp", "grad", "gradcheck", "hessian", "hvp", "jacobian", "jvp",
            "erf", "erfc", "log_softmax", "logsumexp", "measure_peak_memory", "one_hot", "relu", "sigmoid",
-           "softmax", "softplus", "stop_gradient", "trace", "value_and_grad", "vjp", "vmap", "where"]
+           "softmax", "softplus", "stop_gradient", "trace", "tune_malloc", "value_and_grad", "vjp", "vmap",
+           "where"]
 __version__ = "0.1.0"
 
 

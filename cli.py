@@ -6,15 +6,14 @@ Subcommands live in their own modules; this file only parses arguments and dispa
 """
 
 import argparse
-import ctypes
 import importlib.util
 import math
 import os
-import platform
 import sys
 import textwrap
 
 from . import __version__
+from .backends.runtime import tune_malloc
 
 EXAMPLES = """\
 examples:
@@ -221,28 +220,6 @@ def build_parser(argv=None):
         p.add_argument("--plot", metavar="FILE.png", help="plot memory against depth")
     p.set_defaults(run="memory")
     return parser
-
-
-def tune_malloc():
-    """Let glibc keep freed arrays for reuse instead of returning them to the kernel.
-
-    A training step allocates and frees the same few-hundred-KiB arrays every step. glibc
-    may serve those with mmap and unmap them on free, so that every step pays the page
-    faults again: on the project's 2-core VM, the MNIST step called repeatedly on the same
-    arrays took 3.1 ms per call with the default settings and 1.2 ms with these (a whole
-    epoch, whose other allocations keep the heap warm, gained little; see BENCHMARKS.md).
-    Raising the mmap and trim thresholds keeps the memory in the heap. Process-wide, so it
-    is done by the command, not by the library. Returns whether it was applied (glibc only).
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3    # from glibc's malloc.h
-    return bool(libc.mallopt(m_mmap_threshold, 64 << 20)
-                and libc.mallopt(m_trim_threshold, 256 << 20))
 
 
 def _first_command(argv):

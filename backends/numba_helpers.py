@@ -17,21 +17,54 @@ from numba.extending import intrinsic, overload
 _f32 = np.float32
 
 
-@numba.njit(inline="always", cache=True)
+@intrinsic
+def _select(typingctx, c, a, b):
+    """c ? a : b as LLVM's select, both already computed. numba's conditional expression is
+    a branch, which LLVM keeps in a loop it does not vectorise (one carrying a float sum in
+    order): on data whose signs are random each mispredicted branch costs ~15 cycles, so a
+    fused gradient with np.sign and a sum ran 6x slower than this form."""
+    if not isinstance(c, types.Boolean) or a != b:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.select(args[0], args[1], args[2])
+    return a(c, a, b), codegen
+
+
 def _rt_sign(x):
-    # NaN fails both tests and x - x is NaN, as np.sign gives; -0.0 - -0.0 is +0.0, as np.sign
-    return 1 if x > 0 else (-1 if x < 0 else x - x)
+    return np.sign(x)
 
 
-@numba.njit(inline="always", cache=True)
+@overload(_rt_sign, inline="always")
+def _sign_impl(x):
+    if isinstance(x, types.Float):
+        one = np.dtype(x.name).type(1)
+        # NaN fails both tests and x - x is NaN, as np.sign gives; -0.0 - -0.0 is +0.0
+        return lambda x: _select(x > 0, one, _select(x < 0, -one, x - x))
+    return lambda x: 1 if x > 0 else (-1 if x < 0 else x - x)
+
+
 def _rt_maximum(x, y):
+    return np.maximum(x, y)
+
+
+@overload(_rt_maximum, inline="always")
+def _maximum_impl(x, y):
     # np.maximum propagates NaN from either side; Python's max would drop one
-    return x if (x > y or x != x) else y
+    if isinstance(x, types.Float) and x == y:
+        return lambda x, y: _select((x > y) | (x != x), x, y)
+    return lambda x, y: x if (x > y or x != x) else y
 
 
-@numba.njit(inline="always", cache=True)
 def _rt_minimum(x, y):
-    return x if (x < y or x != x) else y
+    return np.minimum(x, y)
+
+
+@overload(_rt_minimum, inline="always")
+def _minimum_impl(x, y):
+    if isinstance(x, types.Float) and x == y:
+        return lambda x, y: _select((x < y) | (x != x), x, y)
+    return lambda x, y: x if (x < y or x != x) else y
 
 
 @numba.njit(inline="always", cache=True)
@@ -336,25 +369,56 @@ def _tanh_impl(x):
     return lambda x: _tanh64(x)
 
 
-@numba.njit(inline="always", cache=True)
 def _rt_sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@overload(_rt_sigmoid, inline="always")
+def _sigmoid_impl(x):
     # one exp of -|x| <= 0 (no overflow); for x < 0 the exact form exp(x) / (1 + exp(x))
-    e = _rt_exp(-abs(x))
-    d = 1 / (1 + e)
-    return d if x >= 0 else e * d
+    if isinstance(x, types.Float):
+        one = np.dtype(x.name).type(1)
+
+        def sigmoid(x):
+            e = _rt_exp(-abs(x))
+            d = one / (one + e)
+            return _select(x >= 0, d, e * d)
+        return sigmoid
+
+    def sigmoid(x):
+        e = _rt_exp(-abs(x))
+        d = 1 / (1 + e)
+        return d if x >= 0 else e * d
+    return sigmoid
 
 
-@numba.njit(inline="always", cache=True)
 def _rt_logaddexp(x, y):
-    # NumPy's npy_logaddexp: equal arguments (infinities too) without inf - inf
-    if x == y:
-        return x + 0.6931471805599453
-    d = x - y
-    if d > 0:
-        return x + _rt_log1p(_rt_exp(-d))
-    if d <= 0:
-        return y + _rt_log1p(_rt_exp(d))
-    return d                                  # a NaN
+    return np.logaddexp(x, y)
+
+
+@overload(_rt_logaddexp, inline="always")
+def _logaddexp_impl(x, y):
+    if isinstance(x, types.Float) and x == y:
+        ln2 = np.dtype(x.name).type(0.6931471805599453)
+
+        def logaddexp(x, y):
+            # NumPy's npy_logaddexp without branches: the larger plus log1p(exp(-|x - y|));
+            # equal arguments (infinities too) x + ln2, without inf - inf; NaN gives NaN
+            d = x - y
+            r = _select(d > 0, x, y) + _rt_log1p(_rt_exp(-abs(d)))
+            return _select(x == y, x + ln2, r)
+        return logaddexp
+
+    def logaddexp(x, y):
+        if x == y:
+            return x + 0.6931471805599453
+        d = x - y
+        if d > 0:
+            return x + _rt_log1p(_rt_exp(-d))
+        if d <= 0:
+            return y + _rt_log1p(_rt_exp(d))
+        return d                                  # a NaN
+    return logaddexp
 
 
 @numba.njit(inline="always", cache=True)

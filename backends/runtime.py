@@ -6,8 +6,10 @@ structure; `.source`, `.ir`, `.graph`, `.kernels` and `.memory` show what was co
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import linecache
+import platform
 import re
 import sys
 import tracemalloc
@@ -16,6 +18,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..frontend import pytree
+
+
+def tune_malloc() -> bool:
+    """Let glibc keep freed arrays for reuse instead of returning them to the kernel.
+
+    A compiled function returns new arrays on every call, and a step allocates and frees the
+    same few-hundred-KiB temporaries every call. glibc serves those with mmap, or trims them
+    off its heap, and so every call pays the page faults again: on the project's 2-core VM,
+    a value_and_grad of a 100,000-element Huber loss (numba backend) called in a loop took
+    1.77 ms per call with the default settings and 0.44-0.55 ms with these; the MNIST step
+    called repeatedly on the same arrays 3.1 ms and 1.2 ms. Raising the mmap and trim
+    thresholds (64 MiB, 256 MiB) keeps the memory in the heap. Process-wide, so the `adjit`
+    command does it and a library user calls it (adjit.tune_malloc()) rather than adjit
+    doing it on import. Returns whether it was applied (glibc only)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3    # from glibc's malloc.h
+    return bool(libc.mallopt(m_mmap_threshold, 64 << 20)
+                and libc.mallopt(m_trim_threshold, 256 << 20))
 
 
 @dataclass

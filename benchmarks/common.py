@@ -4,7 +4,6 @@ Timing: every timed block starts after a short sleep, so the spinning worker thr
 previous block (OpenBLAS keeps them busy ~0.1 s after a call) do not take the cores; the
 figure is the median of `repeat` calls after warm-up calls.
 """
-import ctypes
 import importlib
 import os
 import platform
@@ -77,13 +76,9 @@ def table(header, rows):
 
 
 def tune_malloc():
-    """What the `adjit` command does for a training run (cli.py): keep freed blocks in glibc's
-    heap rather than unmapping them, so a step whose results are tens of MB does not
-    page-fault them in again on every call (an Adam step over 4M float32 with new result
-    arrays: 11 ms untuned, 2 ms tuned here). Applies to every peer in the process alike."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(libc.mallopt(m_mmap_threshold, 64 << 20)
-                and libc.mallopt(m_trim_threshold, 256 << 20))
+    """What the `adjit` command does for a training run: adjit.tune_malloc() (keep freed
+    blocks in glibc's heap rather than unmapping them, so a step whose results are tens of MB
+    does not page-fault them in again on every call: an Adam step over 4M float32 with new
+    result arrays, 11 ms untuned, 2 ms tuned here). Applies to every peer in the process."""
+    from adjit import tune_malloc as tune
+    return tune()

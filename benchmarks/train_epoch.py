@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import adjit
-from adjit.cli import tune_malloc
+from adjit import tune_malloc
 from adjit.frontend.api import pick_backend
 from adjit.nn import MLP, Trainer, data, make_optimizer
 from adjit.nn.train import normalize

@@ -98,6 +98,47 @@ def test_special_values_follow_numpy():
         np.testing.assert_allclose(o, r, rtol=1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_select_helpers_give_numpys_values_on_special_values(dtype):
+    # sign, maximum, minimum, logaddexp and sigmoid are selects for floats (a branch on random
+    # signs mispredicts in a loop carrying a sum); their NaN, infinity and -0.0 cases stay
+    # NumPy's, integers keep the branching form
+    import numba
+
+    from adjit.backends.numba_helpers import (_rt_logaddexp, _rt_maximum, _rt_minimum,
+                                              _rt_sigmoid, _rt_sign)
+    v = [0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 800.0, -800.0]
+    if dtype is np.int64:
+        v = [0, 3, -4, 7]
+    xs = np.array([a for a in v for _ in v], dtype)
+    ys = np.array([b for _ in v for b in v], dtype)
+
+    @numba.njit
+    def run(xs, ys):
+        out = np.empty((5, xs.size))
+        for i in range(xs.size):
+            x, y = xs[i], ys[i]
+            out[0, i] = _rt_sign(x)
+            out[1, i] = _rt_maximum(x, y)
+            out[2, i] = _rt_minimum(x, y)
+            out[3, i] = _rt_logaddexp(x, y)
+            out[4, i] = _rt_sigmoid(x)
+        return out
+    got = run(xs, ys)
+    with np.errstate(all="ignore"):
+        f = xs
+        ref = [np.sign(xs), np.maximum(xs, ys), np.minimum(xs, ys), np.logaddexp(xs, ys),
+               np.where(f >= 0, 1 / (1 + np.exp(-np.abs(f))),
+                        np.exp(-np.abs(f)) / (1 + np.exp(-np.abs(f))))]
+    tol = 1e-6 if dtype is np.float32 else 1e-14
+    for k, r in enumerate(ref):
+        np.testing.assert_allclose(got[k], np.asarray(r, np.float64), rtol=tol, atol=0,
+                                   equal_nan=True, err_msg=str(k))
+    if dtype is np.float64:         # signed zeros as np.sign, np.maximum, np.minimum give them
+        np.testing.assert_array_equal(np.signbit(got[:3]), np.signbit(
+            np.array(ref[:3], np.float64)))
+
+
 def test_a_new_process_loads_kernels_from_the_cache(tmp_path):
     code = textwrap.dedent("""
         import numpy as np, adjit
