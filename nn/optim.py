@@ -225,6 +225,15 @@ class Adam(Optimizer):
         self.weight_decay = float(weight_decay)
         super().__init__(lr, **options)
 
+    def init(self, params):
+        """The initial state; m and v of a float16 parameter are float32: (1 - b2) g^2 is
+        below float16's smallest number for |g| < 8e-3, and v = 0 made the step ~1e6 g."""
+        state = super().init(params)
+        for slot in self.slots:
+            state[slot] = tree_map(lambda z: z.astype(np.float32) if _half(z) else z,
+                                   state[slot])
+        return state
+
     def apply(self, params, grads, state, lr):
         b1, b2, eps, wd = self.b1, self.b2, self.eps, self.weight_decay
         t = state["step"] + 1
@@ -243,17 +252,21 @@ class Adam(Optimizer):
                 p = p * (1 - lr.astype(p.dtype) * wd)   # AdamW: decay the weights themselves
             elif wd:
                 g = g + wd * p                          # Adam: L2 term added to the gradient
-            m = b1 * m + (1 - b1) * g
-            v = b2 * v + (1 - b2) * (g * g)
-            if np.dtype(p.dtype).itemsize >= 4:
+            if not _half(p):
+                m = b1 * m + (1 - b1) * g
+                v = b2 * v + (1 - b2) * (g * g)
                 denom = np.sqrt(v) + eps_hat.astype(p.dtype)
                 out_p.append(p - step_size.astype(p.dtype) * m / denom)
             else:
-                # float16: eps (1e-8) and eps_hat underflow to 0, and a zero gradient gave
-                # 0 / 0 (PyTorch's too); the step is computed in float32, the textbook form
+                # float16: the moments in float32 (init: g^2 underflows in float16), eps
+                # (1e-8) and eps_hat underflow to 0 and a zero gradient gave 0 / 0 (PyTorch's
+                # too): the step is computed in float32, the textbook form
                 f32 = np.float32
-                denom = np.sqrt(v.astype(f32)) * (1 / sqrt_bc2).astype(f32) + f32(eps)
-                step = (lr / (1 - b1 ** t)).astype(f32) * m.astype(f32) / denom
+                g = g.astype(f32)
+                m = b1 * m.astype(f32) + (1 - b1) * g
+                v = b2 * v.astype(f32) + (1 - b2) * (g * g)
+                denom = np.sqrt(v) * (1 / sqrt_bc2).astype(f32) + f32(eps)
+                step = (lr / (1 - b1 ** t)).astype(f32) * m / denom
                 out_p.append((p.astype(f32) - step).astype(p.dtype))
             out_m.append(m)
             out_v.append(v)
@@ -278,6 +291,11 @@ class AdamW(Adam):
 
     def __init__(self, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, *, weight_decay=0.01, **options):
         super().__init__(lr, b1, b2, eps, weight_decay=weight_decay, **options)
+
+
+def _half(x) -> bool:
+    """A float16 parameter (or slot), whose Adam moments are kept in float32."""
+    return np.dtype(x.dtype).itemsize < 4
 
 
 def _leaves(params, grads):

@@ -238,3 +238,23 @@ def test_float16_adam_steps_where_eps_underflows(backend, eps):
     assert p["w"].dtype == np.float16
     np.testing.assert_allclose(p["w"], [1.0, 0.997], atol=2e-3)
     assert p["w"][0] == 1.0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_float16_adam_keeps_its_moments_in_float32(cls, backend):
+    # sweep 29: v = b2 v + (1 - b2) g^2 in float16 underflowed to 0 for |g| < 8e-3, and the
+    # step was ~1e6 g (weights moved by -100 and -1000 at lr 0.01)
+    opt = cls(0.01, backend=backend, weight_decay=0.0)
+    p = {"w": np.ones(3, np.float16)}
+    g = {"w": np.array([1e-4, 1e-3, 1e-1], np.float16)}
+    s = opt.init(p)
+    assert s["m"]["w"].dtype == np.float32 and s["v"]["w"].dtype == np.float32
+    new, s = opt.update(p, g, s)
+    assert new["w"].dtype == np.float16
+    np.testing.assert_allclose(new["w"].astype(np.float64) - 1.0, [-0.01] * 3, rtol=0.05)
+    # a state made before (float16 slots) steps the same
+    old = {"step": np.zeros(()), "m": {"w": np.zeros(3, np.float16)},
+           "v": {"w": np.zeros(3, np.float16)}}
+    again, _ = opt.update(p, g, old)
+    np.testing.assert_array_equal(again["w"], new["w"])
