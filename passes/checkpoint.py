@@ -462,7 +462,9 @@ def _fit_budget(a: _Analysis, budget: int) -> list:
     low, plan_ = _lowest_peak(a, costs, whole)
     if low <= budget:
         return plan_     # a plan the model misjudged, checked on the exact schedule
-    raise BudgetError(_no_fit(a, budget, low, "even the cheapest segments in memory exceed it"))
+    e = BudgetError(_no_fit(a, budget, low, "even the cheapest segments in memory exceed it"))
+    e.lowest = low       # the pipeline compares the orders of fusion and checkpointing with it
+    raise e
 
 
 def _search(a, c, target, whole):
@@ -598,6 +600,7 @@ class _Rewriter:
         self.saved = set()      # forward values the backward half reads
         self.backward_start = None
         self.recomputed = 0
+        self._groups = set()    # kernels of fused groups the forward computes (_group_computed)
 
     def build(self) -> Graph:
         g = self.g
@@ -643,6 +646,8 @@ class _Rewriter:
 
     def _emit(self, n):
         self.orig[n] = self._add(n, [self.orig[x] for x in self.g.args(n)])
+        if self.g[n]["op"] == "fused":
+            self._groups.add(self.g[n]["attrs"]["kernel"])
 
     def _original(self, n):
         """Emit n (and any free or parameter-only arguments not yet emitted) once."""
@@ -672,6 +677,13 @@ class _Rewriter:
         if x not in self.a.free and self.orig[x] < self.backward_start:
             self.saved.add(x)
 
+    def _group_computed(self, x) -> bool:
+        """Did the forward compute x's fused group for another of its outputs? A group that
+        fuses several steps of a chain keeps its last value: the forward computes the values
+        before it inside the kernel, and their copies are recomputations all the same."""
+        d = self.g[x]
+        return d["op"] == "fused" and d["attrs"]["kernel"] in self._groups
+
     def _recompute(self, n) -> int:
         """Copy n and the values of its segment it needs, from the segment's checkpoints."""
         s = self.seg[n]
@@ -695,7 +707,8 @@ class _Rewriter:
                     args.append(self.orig[y])
             w = self.g[x]["where"]
             self.copy[x] = self._add(x, args, where(w))
-            if x in self.orig:      # else this copy is its only computation (see build)
+            if x in self.orig or self._group_computed(x):
+                # (else this copy is its only computation: see build)
                 self.recomputed += flops(self.g, x)
         return self.copy[n]
 

@@ -409,10 +409,15 @@ def _emit_group(g, new, plan, m):
     outputs = tuple((resolve(r), red) for _, r, red in plan["outputs"])
     kernel = _kernel_name(g, plan, new._next)
     args = [m[x] for x in plan["inputs"]]
+    # the group's FLOPs, shared by its output nodes (schedule.flops reads attrs["flops"]): the
+    # checkpoint pass counts what a fused program recomputes with them
+    from .schedule import flops
+    total = sum(flops(g, n) for n in plan["nodes"])
+    share = -(-total // max(len(plan["outputs"]), 1))
     for k, (n, _, _) in enumerate(plan["outputs"]):
         d = g[n]
         attrs = {"kernel": kernel, "shape": tuple(plan["shape"]), "expr": expr,
-                 "outputs": outputs, "output": k}
+                 "outputs": outputs, "output": k, "flops": share}
         m[n] = new.add("fused", args, d["shape"], d["dtype"], attrs, d["name"], d["where"])
 
 

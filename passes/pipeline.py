@@ -57,12 +57,44 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         return _run(g, [("simplify", simplify), cut, ("schedule", scheduled)], debug)
     from ..ir.errors import BudgetError
     simple = _run(g, [("simplify", simplify)], debug)
-    tries, failed = [], None
+
+    def fit(budget):
+        return _fit(simple, budget, cut_under, fusion, scheduled, debug)
+    try:
+        return fit(memory_budget)
+    except BudgetError as e:
+        if memory_budget is None:
+            raise
+        # the advice names a budget that fits: the checkpoint pass's lowest peak is the
+        # unfused program's, and fusion moves it (sweep 29: the fused-first order's minimum,
+        # 28.7 MiB, was advised where 9.8 MiB fitted); search upward from the lowest found
+        found = _lowest_fitting(fit, memory_budget, getattr(e, "lowest_found", []))
+        if found is None:
+            raise
+        low, peak = found
+        from .checkpoint import _size
+        name = g.meta.get("fn_name", "the function")
+        raise BudgetError(
+            f"memory_budget={memory_budget} bytes ({_size(memory_budget)}) is too small for "
+            f"{name}: the lowest static peak found is {peak} bytes ({_size(peak)}), with "
+            f"fusion, at memory_budget={low}. Raise the budget to at least "
+            f"memory_budget={low}, or shrink the batch or the model (fuse=False keeps each "
+            "step's values apart and may fit lower)") from None
+
+
+def _fit(simple, memory_budget, cut_under, fusion, scheduled, debug):
+    """Both orders of fusion and checkpointing (see run_pipeline) under memory_budget (or
+    None); the better program, or BudgetError (its lowest_found: the peaks seen, bytes)."""
+    from ..ir.errors import BudgetError
+    cut = cut_under(memory_budget)
+    tries, failed, lows = [], None, []
     for steps in ([fusion, cut], [cut, fusion]):
         try:
             tries.append(_run(simple, steps + [("schedule", scheduled)], debug))
         except BudgetError as e:
             failed = failed or e
+            if getattr(e, "lowest", None) is not None:
+                lows.append(e.lowest)
     peaks = [memory_report(x).peak_bytes for x in tries]
     if memory_budget is not None and tries and min(peaks) > memory_budget:
         # fusion after the checkpoint pass raised the peak the pass fitted (groups keep
@@ -86,16 +118,34 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         fits = [(x, p) for x, p in zip(tries, peaks) if p <= memory_budget]
         if not fits:
             if failed is not None:
-                raise BudgetError(f"{failed} (with fusion; fuse=False keeps each step's "
-                                  "values apart and may fit)") from None
-            raise BudgetError(
-                f"memory_budget={memory_budget} bytes: no checkpointing of the fused program "
-                f"fits (lowest static peak {min(peaks)} bytes); fuse=False may, or raise the "
-                "budget")
+                e = BudgetError(f"{failed} (with fusion; fuse=False keeps each step's "
+                                "values apart and may fit)")
+            else:
+                e = BudgetError(
+                    f"memory_budget={memory_budget} bytes: no checkpointing of the fused "
+                    f"program fits (lowest static peak {min(peaks)} bytes); fuse=False may, or "
+                    "raise the budget")
+            e.lowest_found = lows + peaks
+            raise e
         tries, peaks = [x for x, _ in fits], [p for _, p in fits]
     if len(tries) < 2:
         return tries[0]
     return tries[1] if peaks[1] < (1 - _BETTER) * peaks[0] else tries[0]
+
+
+def _lowest_fitting(fit, budget, found, tries=8):
+    """(the lowest budget above `budget` that fit() accepts, its program's peak), searched
+    upward from the lowest peak found (x1.15 a try), checked by compiling; None when none of
+    `tries` fits."""
+    from ..ir.errors import BudgetError
+    above = [x for x in found if x > budget]
+    b = min(above) if above else int(budget * 1.15) + 1
+    for _ in range(tries):
+        try:
+            return int(b), memory_report(fit(b)).peak_bytes
+        except BudgetError:
+            b = int(b * 1.15) + 1
+    return None
 
 
 # how many times a budget is fitted again after fusion moved the checkpointed peak above it
