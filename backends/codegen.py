@@ -85,6 +85,13 @@ def literal(value, dtype) -> str:
     v = np.asarray(value).astype(dt).item()
     if dt.kind == "b":
         return "np.True_" if v else "np.False_"
+    if dt.kind == "f" and dt.itemsize > 8:
+        # a long double: its digits as a string, which np.longdouble parses in full (a
+        # Python float literal would round it to float64's 17 digits)
+        x = np.asarray(value).astype(dt)[()]
+        if not np.isfinite(x):
+            return f"np.{dt.name}({'np.nan' if np.isnan(x) else '-np.inf' if x < 0 else 'np.inf'})"
+        return f"np.{dt.name}({np.format_float_positional(x, unique=True)!r})"
     if dt.kind == "f":
         r = repr(float(v))
         if r in ("inf", "-inf", "nan"):

@@ -225,6 +225,18 @@ def _argmax(a, axis=None, out=None, *, keepdims=False, neg=False):
     return r
 
 
+def _layout_known(t) -> bool:
+    """Is t's memory layout the one NumPy's array has: an argument (or a copy laid out as
+    asked, np.copy(x, order="F")), or a view of one? Not an array computed inside, which
+    adjit counts as C-ordered where NumPy may keep an argument's Fortran order (x * 2), nor
+    an argument of an inner trace standing for such an array."""
+    root = t.base if t.base is not None else t
+    if root.arg_strides is not None:
+        return True
+    d = root.ctx.graph[root.id]
+    return d["op"] == "input" and not d["attrs"].get("fortran")
+
+
 def _reshape(a, *shape, order="C", **kw):
     shape = kw.get("shape", kw.get("newshape", shape))
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -233,6 +245,26 @@ def _reshape(a, *shape, order="C", **kw):
     # 'A' is Fortran order only for Fortran-contiguous arrays, 'K' the memory order: adjit's
     # arrays are C-ordered unless a transpose made them (NumPy keeps the order of a transposed
     # array through elementwise work: np.exp(x.T).ravel('K') reads x's order)
+    if order in ("A", "K") and isinstance(a, Tracer) and _layout_known(a):
+        # an argument, or a view of one (x.T, x[:, ::2]): its layout is known (one program
+        # per layout); contiguous in either order, that order is what NumPy reads
+        probe = a.layout_probe()
+        flags = probe.flags
+        strides = [s for s, d in zip(probe.strides, probe.shape) if d > 1]
+        if flags.c_contiguous or flags.f_contiguous:
+            order = "C" if flags.c_contiguous else "F"
+        elif order == "A" or (all(s > 0 for s in strides) and
+                              all(x >= y for x, y in zip(strides, strides[1:]))):
+            # 'A' is Fortran order only for a Fortran-contiguous array; 'K' reads by
+            # decreasing stride, C order for a C-like view (x[:, ::2])
+            order = "C"
+        else:
+            raise UnsupportedError(
+                f"reshape or ravel with order='K' of a strided view{_at(user_where())}: it "
+                "reads the elements in the order of their addresses, a memory layout adjit "
+                "does not follow for a view contiguous in neither order whose strides do not "
+                "decrease (every other column of a Fortran array, permuted axes, a reversed "
+                "axis); write order='C' or order='F'")
     if order in ("A", "K") and isinstance(a, Tracer) and _transposed_upstream(a):
         raise UnsupportedError(
             f"reshape or ravel with order={order!r} of an array computed from a transposed or "

@@ -70,3 +70,51 @@ def test_string_labels_as_an_argument_say_what_works():
     # what the message says works
     g = adjit.grad(loss, static_argnums=1)(x, tuple(labels))
     np.testing.assert_allclose(g, [10.0, 4.0, 10.0])
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_long_double_constants_keep_their_digits(backend):
+    # sweep 29: np.longdouble(1) / 3 was written as np.float128(0.3333333333333333)
+    third = np.longdouble(1) / 3
+    c = np.clongdouble(1 + 2j) / 3
+    x = np.ones(3, np.longdouble)
+    np.testing.assert_array_equal(adjit.compile(lambda x: x - third, backend=backend)(x),
+                                  x - third)
+    z = x.astype(np.clongdouble)
+    np.testing.assert_array_equal(adjit.compile(lambda z: z * c, backend=backend)(z), z * c)
+
+
+_LAYOUTS = {
+    "F": lambda: np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+    "C": lambda: np.arange(6.0).reshape(2, 3),
+    "T": lambda: np.arange(6.0).reshape(3, 2).T,
+    "strided": lambda: np.asfortranarray(np.arange(24.0).reshape(2, 3, 4))[:, :, ::2],
+}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+@pytest.mark.parametrize("how", ["ravel K", "ravel A", "reshape A", "T ravel K", "T ravel A"])
+def test_memory_order_reshapes_of_arguments_follow_their_layout(how, layout):
+    # sweep 29: a.ravel(order='K') of a Fortran-ordered argument was refused, though the
+    # argument's layout is known (one program per layout)
+    x = _LAYOUTS[layout]()
+    w = np.cos(np.arange(x.size))
+    op, order = how.rsplit(" ", 1)
+
+    def f(a):
+        a = a.T if op.startswith("T") else a
+        r = a.reshape(-1, order=order) if op == "reshape" else a.ravel(order=order)
+        return np.sum(r * w)
+    if layout == "strided" and how == "ravel K":     # strides increase: memory order
+        with pytest.raises(adjit.UnsupportedError, match="order='K' of a strided view"):
+            adjit.compile(f)(x)
+        return
+    np.testing.assert_allclose(adjit.compile(f)(x), f(x), rtol=1e-15)
+    g = adjit.grad(f)(x)
+    num = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        xp = _LAYOUTS[layout]()      # the same layout, one element moved
+        xp[i] += 1.0
+        num[i] = f(xp) - f(x)         # linear in x: exact
+    np.testing.assert_allclose(g, num, rtol=1e-12, atol=1e-12)
