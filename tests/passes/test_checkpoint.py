@@ -552,3 +552,42 @@ def test_the_budget_advised_with_fusion_fits():
     low = int(str(e.value).split("at least memory_budget=")[1].split(",")[0])
     fitted = adjit.grad(leap, argnums=(0, 1, 2), backend="numpy", memory_budget=low)
     assert fitted.lower(q, p, k).memory.peak_bytes <= low < full
+
+
+def test_a_larger_budget_never_recomputes_more():
+    # sweep 29: budgets of 45 and 60 MB kept the fused-first program (129M FLOPs recomputed,
+    # 38 MB) where 35 MB gave 107M; a budget now keeps the fewest recomputed FLOPs that fit
+    def heat(u0, kappa):
+        u = u0
+        for _ in range(64):
+            up = np.pad(u, 1)
+            u = u + 0.2 * kappa * np.tanh(up[2:] - 2 * up[1:-1] + up[:-2])
+        return np.sum(u ** 2)
+    u0 = np.random.default_rng(23).normal(size=20000)
+    got = []
+    for b in (10e6, 8e6, 6e6, 4.5e6, 3.5e6):
+        m = adjit.grad(heat, argnums=1, backend="numpy",
+                       memory_budget=int(b)).lower(u0, 1.0).memory
+        assert m.peak_bytes <= b
+        got.append(m.recomputed_flops)
+    assert got == sorted(got), got
+
+
+def test_the_advised_budget_is_the_plain_programs_peak_when_nothing_lowers_it():
+    # sweep 29: a budget one byte under the plain program's peak advised a checkpointed
+    # plan's 28,960 bytes where 10,400 (no checkpoint at all) fits
+    rng = np.random.default_rng(7)
+    K = rng.normal(size=(20, 20))
+    K = K @ K.T / 20 + np.eye(20)
+
+    def lf(q0, K):
+        q, p = q0, np.zeros_like(q0)
+        for _ in range(60):
+            p = p - 0.05 * np.tanh(K @ q)
+            q = q + 0.1 * p
+            p = p - 0.05 * np.tanh(K @ q)
+        return np.sum(q ** 2)
+    q0 = rng.normal(size=20)
+    plain = adjit.grad(lf, backend="numpy").lower(q0, K).memory.peak_bytes
+    with pytest.raises(BudgetError, match=f"at least memory_budget={plain},"):
+        adjit.grad(lf, backend="numpy", memory_budget=plain - 1).lower(q0, K)
