@@ -169,7 +169,7 @@ class Compiled:
             owner, args = self._keywords(args, kwargs)
             if owner is not self:
                 return owner(*args)
-        if any(type(a) is str for a in args):
+        if any(type(a) is str or type(a) is bool for a in args):
             owner = self._with_strings(args)
             if owner is not self:
                 return owner(*args)
@@ -214,9 +214,10 @@ class Compiled:
     def _with_strings(self, args):
         """A string argument (an activation's name, a mode) cannot be traced: it is static
         configuration wherever it is passed, as if named in static_argnums (one program per
-        value), unless argnums differentiates it (refused there)."""
-        return self._with_defaults([(i, a) for i, a in enumerate(args) if type(a) is str],
-                                   len(args))
+        value), unless argnums differentiates it (refused there). So is a Python bool
+        (`f(W, X, training=False)` read by `if training:`; sweep 29): a flag, not data."""
+        return self._with_defaults([(i, a) for i, a in enumerate(args)
+                                    if type(a) is str or type(a) is bool], len(args))
 
     # the positions a transformation differentiates (argnums), which stay traced
     _argnums = None

@@ -124,7 +124,17 @@ def _weak(x):
 
 def result_dtype(*xs):
     """NumPy 2 promotion: arrays and NumPy scalars are strong, Python scalars weak."""
-    return np.result_type(*[_dtype_part(x) for x in xs])
+    parts = [_dtype_part(x) for x in xs]
+    for x, p in zip(xs, parts):
+        if isinstance(p, np.dtype) and p.kind in "USV" and any(
+                isinstance(v, Tracer) for v in xs):
+            # NumPy refuses arithmetic of numbers and strings (np.ones(2) * "abc"); adjit
+            # promoted to a string dtype and failed later, or said "use * to scale"
+            raise TypeError(
+                f"a traced array meets the {'string' if p.kind in 'US' else 'value'} "
+                f"{x!r:.40}{_at(user_where())}: arithmetic needs numbers. A string argument is "
+                "a static value, not data: was it passed where an array was expected?")
+    return np.result_type(*parts)
 
 
 def _is_weak(x):

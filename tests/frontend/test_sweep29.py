@@ -118,3 +118,25 @@ def test_memory_order_reshapes_of_arguments_follow_their_layout(how, layout):
         xp[i] += 1.0
         num[i] = f(xp) - f(x)         # linear in x: exact
     np.testing.assert_allclose(g, num, rtol=1e-12, atol=1e-12)
+
+
+def test_a_python_bool_argument_is_a_static_flag():
+    # sweep 29: f(W, X, training=False) with `if training:` was refused (a traced bool)
+    def f(W, X, training=True):
+        h = X @ W
+        if training:
+            h = h * 0.5
+        return np.sum(h ** 2)
+    W, X = np.ones((3, 2)), np.ones((4, 3))
+    np.testing.assert_array_equal(adjit.grad(f)(W, X, training=False), np.full((3, 2), 24.0))
+    np.testing.assert_array_equal(adjit.grad(f)(W, X, True), np.full((3, 2), 6.0))
+    c = adjit.compile(f)
+    assert (c(W, X, False), c(W, X, True), c(W, X)) == (72.0, 18.0, 18.0)
+
+
+def test_arithmetic_with_a_string_names_it():
+    # sweep 29: X @ W with X a string said "use * to scale"; X * W made a string array
+    W = np.ones((3, 2))
+    for f in (lambda W, X: np.sum(X @ W), lambda W, X: np.sum(X * W)):
+        with pytest.raises(TypeError, match=r"meets the string 'abc' at .*test_sweep29.py"):
+            adjit.grad(f)(W, "abc")
