@@ -2863,19 +2863,25 @@ def _table_slots(v, depth=2, seen=None):
     out = []
     if depth == 0:
         return out
+    for c, k, x in _contained(v, seen):
+        if isinstance(k, str) and k.startswith("__"):
+            continue
+        if type(x) is np.ndarray:
+            out.append((c, k, x))
+        else:
+            out.extend(_table_slots(x, depth - 1, seen))
+    return out
+
+
+def _contained(v, seen):
+    """(container, key, value) of each container of v (_containers) not yet in seen."""
     for c in _containers(v):
         if id(c) in seen:
             continue
         seen.add(id(c))
         items = enumerate(c) if isinstance(c, list) else c.items()
         for k, x in list(items):
-            if isinstance(k, str) and k.startswith("__"):
-                continue
-            if type(x) is np.ndarray:
-                out.append((c, k, x))
-            else:
-                out.extend(_table_slots(x, depth - 1, seen))
-    return out
+            yield c, k, x
 
 
 def _plain_tables(v, keep=(), originals=None, depth=2, seen=None):
@@ -2886,18 +2892,13 @@ def _plain_tables(v, keep=(), originals=None, depth=2, seen=None):
     seen = set() if seen is None else seen
     if depth == 0:
         return
-    for c in _containers(v):
-        if id(c) in seen:
-            continue
-        seen.add(id(c))
-        items = enumerate(c) if isinstance(c, list) else c.items()
-        for k, x in list(items):
-            if type(x) is Table:
-                if id(x) not in keep:
-                    plain = (originals or {}).get(id(x))
-                    c[k] = plain if plain is not None else np.ndarray.view(x, np.ndarray)
-            else:
-                _plain_tables(x, keep, originals, depth - 1, seen)
+    for c, k, x in _contained(v, seen):
+        if type(x) is Table:
+            if id(x) not in keep:
+                plain = (originals or {}).get(id(x))
+                c[k] = plain if plain is not None else np.ndarray.view(x, np.ndarray)
+        else:
+            _plain_tables(x, keep, originals, depth - 1, seen)
 
 
 def _swap_slot(c, k, x, counted):
