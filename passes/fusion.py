@@ -16,6 +16,7 @@ import numpy as np
 from ..ir.fused import Instr
 from ..ir.graph import Graph
 from ..ir.ops import OPS
+from .schedule import flops
 
 
 # a group's size bound: each output node of a group lists all of the group's arguments, so
@@ -411,7 +412,6 @@ def _emit_group(g, new, plan, m):
     args = [m[x] for x in plan["inputs"]]
     # the group's FLOPs, shared by its output nodes (schedule.flops reads attrs["flops"]): the
     # checkpoint pass counts what a fused program recomputes with them
-    from .schedule import flops
     total = sum(flops(g, n) for n in plan["nodes"])
     share = -(-total // max(len(plan["outputs"]), 1))
     for k, (n, _, _) in enumerate(plan["outputs"]):
