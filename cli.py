@@ -193,7 +193,7 @@ def build_parser(argv=None):
     p.add_argument("--static", action="append", default=[], metavar="NAME",
                    help="an argument that is configuration, not data (a loop count, a flag): "
                         "a constant of the program, as static_argnums; repeat for each")
-    p.add_argument("--wrt", metavar="NAME",
+    p.add_argument("--wrt", metavar="NAME", action=_Once,
                    help="differentiate with respect to this argument (default: the first)")
     p.add_argument("--no-grad", dest="grad", action="store_false",
                    help="compile the function itself rather than its value and gradient")
@@ -220,6 +220,17 @@ def build_parser(argv=None):
         p.add_argument("--plot", metavar="FILE.png", help="plot memory against depth")
     p.set_defaults(run="memory")
     return parser
+
+
+class _Once(argparse.Action):
+    """An option that may be given once (a second --wrt would silently replace the first)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and "
+                         f"{values}): adjit inspect differentiates with respect to one "
+                         "argument (a dict argument's entries are differentiated together)")
+        setattr(namespace, self.dest, values)
 
 
 def _first_command(argv):

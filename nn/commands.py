@@ -404,15 +404,26 @@ def _user_args(fn, specs, static=()):
         shown = names + [f"*, {k}" if i == 0 else k for i, k in enumerate(sorted(keyword_only))]
         raise ValueError(f"{fn.__name__}({', '.join(shown)}) has no argument {extra[0]!r}")
     missing = [p.name for p in params if p.name not in values and p.default is p.empty]
+    if missing and missing[0] == "self" and names[0] == "self":
+        raise ValueError(f"{fn.__qualname__} is an instance method: its self has no --arg "
+                         "form. Inspect a module-level function or a staticmethod that takes "
+                         "the arrays (parameters included) as arguments")
     if missing:
         raise ValueError(f"{fn.__name__}({', '.join(names)}) needs --arg for "
-                         f"{', '.join(missing)}, e.g. --arg {missing[0]}=float32[128,784]")
+                         f"{', '.join(missing)}, e.g. --arg {missing[0]}=float32[128,784] "
+                         f"(an array), --arg {missing[0]}=int64[128] (integer labels) or "
+                         f"--arg {missing[0]}=0.5 (a number)")
     # up to the last parameter given: a skipped one keeps its default (the call is
     # positional, so b=7 must not land in a)
     last = max((i for i, p in enumerate(params) if p.name in values), default=-1)
     used = params[:last + 1]
     return [values[p.name] if p.name in values else p.default for p in used], \
         [p.name for p in used], keywords
+
+
+class OptionProblem(ValueError):
+    """A command-line option that does not fit the function (not an error the function
+    raised while being traced)."""
 
 
 def _lists(v):
@@ -443,7 +454,7 @@ def _user_program(args):
     _static_positions(args, names)
     try:
         return _lower_user_program(args, fn, call_args, names)
-    except AdjitError:
+    except (AdjitError, OptionProblem):
         raise                               # adjit's own messages name the line already
     except KeyError as e:
         # the function looked up an entry the --arg options did not build
@@ -517,7 +528,7 @@ def _lowered(args, fn, call_args, names, options):
                 except GradError:
                     pass
             if args.wrt is not None:   # asked for by name: not a silent fallback
-                raise ValueError(f"--wrt {args.wrt}: {e}") from None
+                raise OptionProblem(f"--wrt {args.wrt}: {e}") from None
             why = str(e)
             if "has_aux=True" in why:
                 # the CLI has no has_aux option: it tried one above, and the first result

@@ -123,7 +123,7 @@ def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3,
     note = None
     try:
         f = _program(backend, step, memory_budget=limit)
-        progs[f"budget {limit / MiB:.0f} MiB"] = (f, f.lower(params, x))
+        progs[f"budget {limit / MiB:.3g} MiB"] = (f, f.lower(params, x))
     except BudgetError as e:     # said in the command's unit; the other rows still stand
         low = re.search(r"at least memory_budget=(\d+)", str(e)) or \
             re.search(r"lowest static peak[a-z ]*?(\d+) bytes", str(e))
@@ -244,8 +244,15 @@ def _main(args):
     depths = sorted(set(_depths(args.depth)))     # each depth once, shallow to deep
     adjit.frontend.api.pick_backend(args.backend)   # fails now if it cannot run here
     if args.plot:
+        import importlib.util
+
         from .commands import check_output_path
         args.plot = check_output_path("--plot", args.plot, plot=True)
+        if importlib.util.find_spec("matplotlib") is None:
+            # before the table, as adjit mnist does (sweep 29: it failed after the whole run)
+            print("adjit memory: --plot needs matplotlib (pip install 'adjit[plot]')",
+                  file=sys.stderr)
+            return 1
     step = getattr(args, "step", False)
     title = (f"tanh MLP, width {args.width}, batch {args.batch}, float32, "
              f"{args.backend} backend" + (", SGD training step" if step else ""))

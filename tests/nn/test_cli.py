@@ -143,6 +143,11 @@ def loss(params, X, y):
 
 def double(x):
     return x * 2
+
+
+class Model:
+    def loss(self, w, x):
+        return np.sum((x @ w) ** 2)
 '''
 
 
@@ -165,6 +170,12 @@ def test_inspect_a_user_function(capsys, tmp_path):
     ([], "nothing to inspect"),
     (["{f}:nothere"], "has no function 'nothere' (functions there: loss, double;"),
     (["{f}:loss", "--arg", "X=float32[2,5]"], "needs --arg for params, y"),
+    (["{f}:loss", "--arg", "X=float32[2,5]"], "--arg params=int64[128] (integer labels)"),
+    # sweep 29: an instance method asked for --arg self=float32[128,784]; --wrt of integer
+    # labels said "loss raised ValueError"
+    (["{f}:Model.loss", "--arg", "w=float32[2]"], "Model.loss is an instance method"),
+    (["{f}:loss", "--arg", "params.W=float64[3,5]", "--arg", "X=float64[4,5]", "--arg",
+      "y=int64[4]", "--wrt", "y"], "--wrt y: cannot differentiate loss"),
     (["{f}:loss", "--arg", "Z=float32[2]"], "has no argument 'Z'"),
     (["{f}:double", "--arg", "x=float99[2]"], "unknown dtype"),
     (["{f}:double", "--arg", "x=[2]"], "cannot read the argument spec"),
@@ -178,6 +189,16 @@ def test_inspect_errors(capsys, tmp_path, argv, message):
     f.write_text(USER_FILE)
     code, out, err = run(capsys, "inspect", *[a.format(f=f) for a in argv])
     assert code == 1 and message in err
+
+
+def test_inspect_refuses_a_second_wrt(capsys, tmp_path):
+    # sweep 29: --wrt w --wrt x differentiated x alone, silently
+    f = tmp_path / "model.py"
+    f.write_text(USER_FILE)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["inspect", f"{f}:loss", "--arg", "params.W=float64[3,5]", "--arg",
+                  "X=float64[4,5]", "--arg", "y=int64[4]", "--wrt", "params", "--wrt", "X"])
+    assert e.value.code == 2 and "--wrt given twice" in capsys.readouterr().err
 
 
 def test_memory_subcommand_without_its_module(capsys, monkeypatch):
@@ -380,3 +401,19 @@ def test_inspect_a_static_string_argument(capsys, tmp_path):
     code_lines = [ln for ln in out.splitlines() if not ln.strip().startswith("#")]
     assert any("np.maximum(" in ln for ln in code_lines)
     assert not any("np.tanh(" in ln for ln in code_lines)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None,
+                    reason="matplotlib is installed")
+def test_memory_plot_without_matplotlib_fails_before_the_table(capsys, tmp_path):
+    # sweep 29: it failed only after the whole table had run
+    code, out, err = run(capsys, "memory", "--depth", "4", "--width", "16", "--batch", "8",
+                         "--plot", str(tmp_path / "m.png"))
+    assert code == 1 and "needs matplotlib" in err and "store-all" not in out
+
+
+def test_memory_budget_label_keeps_a_fraction_of_a_mib(capsys):
+    # sweep 29: --budget 0.5 was labelled "budget 0 MiB" (4.5: "budget 4 MiB")
+    code, out, err = run(capsys, "memory", "--depth", "8", "--width", "256", "--batch", "512",
+                         "--budget", "4.5", "--repeat", "1")
+    assert code == 0 and "budget 4.5 MiB" in out
