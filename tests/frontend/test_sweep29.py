@@ -1,6 +1,7 @@
 """Sweep 29's finds (and sweep 28's messages left open): class attributes indexed by traced
 positions, array-like wrappers whose __array__ returns a traced array, string labels as an
-argument, ..."""
+argument, long-double constants, memory-order reshapes of arguments, Python bool flags,
+strings in arithmetic."""
 import numpy as np
 import pytest
 
