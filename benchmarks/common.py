@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from adjit import tune_malloc  # noqa: F401 - what the adjit command does; peers alike
+
 
 def median_ms(fn, repeat=30, warmup=3, pause=0.25):
     for _ in range(warmup):
@@ -73,12 +75,3 @@ def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
-
-
-def tune_malloc():
-    """What the `adjit` command does for a training run: adjit.tune_malloc() (keep freed
-    blocks in glibc's heap rather than unmapping them, so a step whose results are tens of MB
-    does not page-fault them in again on every call: an Adam step over 4M float32 with new
-    result arrays, 11 ms untuned, 2 ms tuned here). Applies to every peer in the process."""
-    from adjit import tune_malloc as tune
-    return tune()

@@ -170,7 +170,7 @@ class Compiled:
             if owner is not self:
                 return owner(*args)
         if any(type(a) is str or type(a) is bool for a in args):
-            owner = self._with_strings(args)
+            owner = self._with_flags(args)
             if owner is not self:
                 return owner(*args)
         key, leaves = self._flatten(args)
@@ -211,7 +211,7 @@ class Compiled:
         args = bind_keywords(owner.fn, owner.__name__, args, kwargs, skipped)
         return owner._with_defaults(skipped, len(args)), tuple(args) + tail
 
-    def _with_strings(self, args):
+    def _with_flags(self, args):
         """A string argument (an activation's name, a mode) cannot be traced: it is static
         configuration wherever it is passed, as if named in static_argnums (one program per
         value), unless argnums differentiates it (refused there). So is a Python bool

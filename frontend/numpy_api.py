@@ -2777,12 +2777,20 @@ def _user_instance(v) -> bool:
         return True
     if isinstance(v, type):
         return False
-    mod = sys.modules.get(getattr(type(v), "__module__", None) or "")
-    if mod is None:
-        return False
-    kind = _module_kinds.get(mod.__name__)
+    return _defined_by_user(type(v))
+
+
+def _defined_by_user(cls) -> bool:
+    """Is cls defined in a module of the user's code?"""
+    mod = sys.modules.get(getattr(cls, "__module__", None) or "")
+    return mod is not None and _user_module(mod.__name__, mod)
+
+
+def _user_module(name, mod) -> bool:
+    """_is_user_module(mod), kept per module name (sys.modules[name] is mod)."""
+    kind = _module_kinds.get(name)
     if kind is None or kind[0] is not mod:
-        kind = _module_kinds[mod.__name__] = (mod, _is_user_module(mod))
+        kind = _module_kinds[name] = (mod, _is_user_module(mod))
     return kind[1]
 
 
@@ -2827,13 +2835,8 @@ def _user_classes(v):
 
 
 def _user_module_of(cls) -> bool:
-    mod = sys.modules.get(getattr(cls, "__module__", None) or "")
-    if mod is None or type(cls) is not type:    # (an Enum's or an ABC's metaclass: not ours)
-        return False
-    kind = _module_kinds.get(mod.__name__)
-    if kind is None or kind[0] is not mod:
-        kind = _module_kinds[mod.__name__] = (mod, _is_user_module(mod))
-    return kind[1]
+    # (a class with an Enum's or an ABC's metaclass: not a container of ours)
+    return type(cls) is type and _defined_by_user(cls)
 
 
 def _table_container(v):
@@ -3066,10 +3069,7 @@ def _patch_user_globals():
     done = []
     tables = tables_on()
     for name, mod in list(sys.modules.items()):
-        kind = _module_kinds.get(name)
-        if kind is None or kind[0] is not mod:
-            kind = _module_kinds[name] = (mod, _is_user_module(mod))
-        d = getattr(mod, "__dict__", None) if kind[1] else None
+        d = getattr(mod, "__dict__", None) if _user_module(name, mod) else None
         if not isinstance(d, dict):
             continue
         for key, value in list(d.items()):

@@ -552,6 +552,17 @@ def _name_the_prebound_numpy(e):
         tb = tb.tb_next
 
 
+def _innermost_user_frame(e):
+    """The innermost frame of e's traceback that runs a line of the user's code, or None."""
+    tb, frame = e.__traceback__, None
+    while tb is not None:
+        w = user_where(tb.tb_frame)
+        if w is not None and w.file == tb.tb_frame.f_code.co_filename:
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    return frame
+
+
 def _name_the_post_init(e):
     """An attribute that a dataclass argument's __post_init__ sets outside its fields is
     missing: adjit rebuilds dataclass arguments from their fields (traced) without calling
@@ -565,12 +576,7 @@ def _name_the_post_init(e):
             not hasattr(type(obj), "__post_init__"):
         return      # (a misspelt attribute: Python's own message says it)
     cls = type(obj).__name__
-    tb, frame = e.__traceback__, None
-    while tb is not None:       # the innermost user line: where the attribute was read
-        if user_where(tb.tb_frame) is not None and \
-                user_where(tb.tb_frame).file == tb.tb_frame.f_code.co_filename:
-            frame = tb.tb_frame
-        tb = tb.tb_next
+    frame = _innermost_user_frame(e)      # where the attribute was read
     raise TraceError(
         f"{cls} has no attribute {name!r} here{_at(user_where(frame))}: adjit passes a dataclass "
         f"argument as its fields (traced) and rebuilds it without calling __init__ or "
@@ -585,12 +591,7 @@ def _name_the_array_wrapper(e):
     function. np.asarray(p) unwraps it (numpy_api._array_of_wrapper); say so."""
     if not isinstance(e, ValueError) or "__array__ method not producing an array" not in str(e):
         return
-    tb, frame = e.__traceback__, None
-    while tb is not None:       # the innermost user line
-        w = user_where(tb.tb_frame)
-        if w is not None and w.file == tb.tb_frame.f_code.co_filename:
-            frame = tb.tb_frame
-        tb = tb.tb_next
+    frame = _innermost_user_frame(e)
     raise TraceError(
         f"a NumPy function received an object whose __array__ returns a traced array"
         f"{_at(user_where(frame)) if frame is not None else ''}: traced arrays are not "
