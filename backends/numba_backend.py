@@ -219,6 +219,8 @@ class NumbaCodegen(Codegen):
         self.ns_kernels = types.SimpleNamespace()
         self._sources = {}                    # kernel name -> its numba source
         self.namespace["_rt_kernels"] = self.ns_kernels
+        from . import numba_ops               # compiled loops for a few ops (numba imported)
+        self.namespace["_rt_ops"] = {**self.namespace["_rt_ops"], **numba_ops.OPS}
         self.contiguous_donations = True      # kernels write through flat views
 
     def emit_group(self, run):

@@ -319,3 +319,40 @@ def test_whole_powers_are_products_in_kernels(e):
     w = np.cos(np.arange(x.size))
     g = adjit.grad(lambda x: np.sum(x ** e * w), backend="numba", min_kernel_size=0)(x)
     np.testing.assert_allclose(g, e * x ** (e - 1) * w, rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("loss, make", [
+    (lambda E, ids: np.sum(np.tanh(E[ids]) * np.arange(1.0, 5.0)),
+     lambda r: r.integers(-50, 50, size=300)),                      # repeats, negatives
+    (lambda E, ids: np.sum(E[ids] ** 2),
+     lambda r: r.integers(0, 50, size=(20, 7))),                    # 2-d ids
+    (lambda E, ids: np.sum(E[ids, 1:3] * E[ids, :2]),
+     lambda r: r.integers(0, 50, size=40)),                         # then a slice: reference
+    (lambda E, ids: np.sum(np.exp(E[ids // 4, ids % 4])),
+     lambda r: r.integers(0, 200, size=(30, 3))),                   # two index arrays
+    (lambda E, ids: np.sum(E[:, ids % 4] ** 3),
+     lambda r: r.integers(0, 200, size=30)),                        # columns: reference
+    (lambda E, ids: np.sum(E[ids[:0]]) + np.sum(E),
+     lambda r: r.integers(0, 50, size=5)),                          # no positions
+], ids=["rows", "2d-ids", "rows-then-slice", "two-arrays", "columns", "empty"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scatter_add_of_a_gather_loops_in_numba_as_the_reference_adds(loss, make, dtype):
+    # the VJP of E[ids]: np.add.at took 28.8 ms for 50,000 rows of 64 (sweep 30), a compiled
+    # loop over rows 2.5 ms; repeated and negative positions add up as NumPy's do
+    r = np.random.default_rng(3)
+    E, ids = r.normal(size=(50, 4)).astype(dtype), make(r)
+    f = adjit.grad(loss, backend="numba")
+    got, ref = f(E, ids), adjit.grad(loss, backend="numpy")(E, ids)
+    assert got.dtype == ref.dtype == dtype
+    np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], atol=RTOL[dtype])
+
+
+def test_scatter_add_with_positions_out_of_bounds_raises_numpys_error():
+    # the gradient alone does not run the gather, whose IndexError would have been the check
+    f = adjit.grad(lambda E, ids: np.sum(E[ids]), backend="numba")
+    E = np.ones((5, 3))
+    np.testing.assert_array_equal(f(E, np.array([4, -5, 4])), [[1] * 3] + [[0] * 3] * 3 +
+                                  [[2] * 3])
+    for bad in (np.array([0, 5]), np.array([-6, 1])):
+        with pytest.raises(IndexError):
+            f(E, bad)
