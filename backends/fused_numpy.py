@@ -15,11 +15,16 @@ from ..ir.ops import OPS
 from .codegen import comment, literal
 
 
-def ufunc_name(op):
-    """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), else None."""
+def ufunc_name(op, args=None):
+    """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), or the source
+    of the ufunc-like callable a reference names for these argument sources (ir/ops._power:
+    `_rt_ops['pow']` for a whole power, else np.power), else None."""
     fn = OPS[op].numpy
     if isinstance(fn, np.ufunc) and getattr(np, fn.__name__, None) is fn:
         return f"np.{fn.__name__}"
+    source = getattr(fn, "ufunc_source", None)
+    if source is not None:
+        return source(args) if args is not None else "np.power"
     return None
 
 
@@ -206,7 +211,7 @@ def _call(cg, ins, args, shape, dtype, is_full, is_out, dying, into=None, arrays
     ufunc writing into the dying buffer `dying` when there is one, else a new array; an
     output the schedule puts into an argument's buffer is written there (`into_code`)."""
     from .numpy_backend import op_expression
-    uf = ufunc_name(ins.op)
+    uf = ufunc_name(ins.op, args)
     if uf is not None and shape and not is_full and (into is not None or
                                                      (is_out and dying is None)):
         # a full-shape result from smaller operands: the arguments are broadcast as views, as

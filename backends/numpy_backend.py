@@ -212,9 +212,10 @@ class Codegen:
         g = self.g
         if n in self.in_place:
             from .fused_numpy import into_code, ufunc_name
-            args = ", ".join(self.arg(a) for a in g.args(n))
+            arg_list = [self.arg(a) for a in g.args(n)]
             into = into_code(self, self.in_place[n]).format("None")
-            return [node_comment(g, n), f"{self.names[n]} = {ufunc_name(g[n]['op'])}({args}, "
+            uf = ufunc_name(g[n]["op"], arg_list)
+            return [node_comment(g, n), f"{self.names[n]} = {uf}({', '.join(arg_list)}, "
                     f"out={into})"]
         if n in self.stacks:
             dt = np.dtype(g[n]["dtype"])
