@@ -533,8 +533,7 @@ def prod(x, axis=None, keepdims=False, dtype=None, initial=None):
             p = F.mul(y[..., 0:2 * h:2], y[..., 1:2 * h:2])
             y = F.concatenate([p, y[..., 2 * h:]], -1) if m % 2 else p
         y = F.reshape(y, lead)
-    if initial is not None:
-        y = F.mul(y, initial)
+    y = join_initial(y, initial, F.mul)
     return F.reshape(y, out_shape)
 
 
@@ -912,12 +911,25 @@ def all_(x, axis=None, keepdims=False):
     return F.eq(F.sum(F.eq(x, 0), axis, keepdims), 0)
 
 
+def join_initial(r, initial, combine=None):
+    """A reduction's result r with initial= joined, as NumPy does: initial cast to r's dtype
+    first (np.sum(counts, initial=0.5) stays integer and adds 0; a float64 initial keeps a
+    float32 sum float32)."""
+    if initial is None:
+        return r
+    combine = combine or F.add
+    dt = F._dtype_of(r)
+    if isinstance(initial, Tracer):
+        return combine(r, F.cast(initial, dt) if initial.dtype != dt else initial)
+    return combine(r, np.asarray(initial).astype(dt))
+
+
 def nansum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     """np.nansum, with NumPy's signature (out= only as adjit's functions take it: not at all)"""
     _no_out("nansum", out)
     skip = isnan(x) if where is None else logical_or(isnan(x), F.eq(where, False))
     s = F.sum(F.where(skip, F.zeros_like(x), x), axis, keepdims, dtype)
-    return s if initial is None else F.add(s, initial)
+    return join_initial(s, initial)
 
 
 def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=None):

@@ -1139,9 +1139,13 @@ def var(x, axis=None, keepdims=False, ddof=0):
 
 
 def std(x, axis=None, keepdims=False, ddof=0):
-    # 0 where the values are all equal: a constant slice (a batch of one) has derivative 0,
-    # as in PyTorch, not sqrt's 0 * inf (the where keeps that cotangent 0; NaN stays NaN)
-    v = var(x, axis, keepdims, ddof)
+    return sqrt_of_variance(var(x, axis, keepdims, ddof))
+
+
+def sqrt_of_variance(v):
+    """A standard deviation from its variance v, with derivative 0 where v is 0: a constant
+    slice (a batch of one) has derivative 0, as in PyTorch, not sqrt's 0 * inf (the where
+    keeps that cotangent 0; NaN stays NaN). np.std, np.nanstd, np.std(where=) share it."""
     return where(eq(v, 0), 0, sqrt(v))
 
 

@@ -8,8 +8,14 @@ adjit cannot trace it. A `Selection` instead keeps x at full size and remembers 
 elementwise arithmetic and ufuncs apply to every element, and `x[mask] = selection` writes
 back `np.where(mask, selection, x)`, which equals NumPy's result. The unselected elements
 enter the computation through stop_gradient, so a function that is singular there (np.log of
-a non-positive value that the mask leaves out) cannot put NaN into the gradient. Any other use
-of a selection (its length, a sum, indexing) raises an error that points to adjit.where.
+a non-positive value that the mask leaves out) cannot put NaN into the gradient.
+
+Reductions of a selection have a fixed shape too, and are computed over the selected elements
+(the others count as the reduction's identity): x[m].sum(), np.mean(loss[valid]) (divided by
+the number selected), var/std (ddof=), max/min (an empty selection gives -inf/+inf where NumPy
+raises), prod, any, all, np.count_nonzero; along axis 0 (the selected positions) or along the
+axes after it (the result is then a selection again); x[m].size is the traced count. Any other
+use (len(x[m]), indexing, sorting) raises an error that points to adjit.where.
 """
 from __future__ import annotations
 
@@ -36,10 +42,114 @@ class Selection:
     def _refuse(self, what="this use of x[mask]", where=None):
         raise UnsupportedError(
             f"{what} with a traced boolean mask{_at(where or user_where())}: x[mask] has a "
-            "length that "
-            "depends on the data. adjit supports x[mask] = v, x[mask] op= v and "
-            "x[mask] = f(x[mask]) for elementwise f; otherwise use adjit.where(mask, x, 0) "
-            "(np.sum(np.where(mask, x, 0)) for a masked sum)")
+            "length that depends on the data. adjit supports x[mask] = v, x[mask] op= v, "
+            "x[mask] = f(x[mask]) for elementwise f, and reductions of x[mask] (sum, mean, "
+            "var, std, max, min, prod, any, all, .size); otherwise write it at full size with "
+            "np.where(mask, x, fill) (a masked mean: np.sum(np.where(mask, x, 0)) / "
+            "np.sum(mask))")
+
+    # -- reductions over the selected elements ------------------------------------------------
+    def _axes(self, axis):
+        """(full's axes reduced, do they include the selected positions?) for an axis of
+        x[mask], whose axis 0 is the mask's axes and whose axis k >= 1 is full's k + nm - 1."""
+        nm, nd = self.mask.ndim, self.full.ndim
+        sel_nd = 1 + nd - nm
+        if axis is None:
+            return tuple(range(nd)), True
+        out, first = [], False
+        for a in (axis if isinstance(axis, tuple) else (axis,)):
+            a = int(a)
+            if not -sel_nd <= a < sel_nd:
+                raise np.exceptions.AxisError(a, sel_nd)
+            a %= sel_nd
+            if a == 0:
+                first = True
+                out.extend(range(nm))
+            else:
+                out.append(a + nm - 1)
+        return tuple(sorted(out)), first
+
+    def _filled(self, fill):
+        """full with the unselected elements set to fill (a reduction's identity)."""
+        from . import functions as F
+        m = F.reshape(self.mask, self.mask.shape + (1,) * (self.full.ndim - self.mask.ndim))
+        return F.where(m, self.full, F.full_like(self.full, fill))
+
+    def _count(self, axes):
+        """How many elements each result reduces: the selected positions times the other
+        reduced axes' lengths (a traced count, full's dtype for a mean)."""
+        from . import functions as F
+        nm = self.mask.ndim
+        other = int(np.prod([self.full.shape[a] for a in axes if a >= nm]))
+        c = F.sum(self.mask)
+        return F.mul(c, other) if other != 1 else c
+
+    def _reduce(self, name, *args, **kwargs):
+        """np.<name>(x[mask], ...) with NumPy's positional parameters for that reduction."""
+        name = {"amax": "max", "amin": "min"}.get(name, name)
+        params = _PARAMS[name]
+        if len(args) > len(params):
+            raise TypeError(f"np.{name}: too many arguments{_at(user_where())}")
+        kw = dict(zip(params, args))
+        for k, v in kwargs.items():
+            if k in kw or k not in params + ("where", "initial"):
+                raise TypeError(f"np.{name}: unexpected argument {k!r}{_at(user_where())}")
+            kw[k] = v
+        if kw.get("out") is not None or kw.get("where") not in (None, True) or \
+                kw.get("initial") is not None:
+            self._refuse(f"x[mask].{name} with out=, where= or initial=")
+        axis, dtype = kw.get("axis"), kw.get("dtype")
+        keepdims, ddof = kw.get("keepdims", False), kw.get("ddof", 0)
+        axes, first = self._axes(axis)
+        from . import functions as F
+        if not first:       # along the axes after the selected positions: still a selection
+            if keepdims:
+                self._refuse(f"x[mask].{name} with keepdims along the later axes")
+            extra = {k: v for k, v in (("dtype", dtype), ("ddof", ddof)) if k in params}
+            if name == "count_nonzero":
+                return Selection(self.mask, np.sum(self.full != 0, axis=axes))
+            return Selection(self.mask, getattr(np, name)(self.full, axis=axes, **extra))
+        dt = self.full.dtype
+        if name in ("sum", "prod"):
+            r = getattr(np, name)(self._filled(0 if name == "sum" else 1), axis=axes,
+                                  dtype=dtype)
+        elif name in ("max", "min"):
+            if dt.kind == "b":
+                fill = name == "min"
+            else:
+                big = np.inf if dt.kind == "f" else int(np.iinfo(dt).max)
+                low = -np.inf if dt.kind == "f" else int(np.iinfo(dt).min)
+                fill = low if name == "max" else big
+            r = getattr(np, name)(self._filled(fill), axis=axes)
+        elif name in ("any", "all"):
+            r = getattr(np, name)(self._filled(name == "all"), axis=axes)
+        elif name == "count_nonzero":
+            r = np.sum(self._filled(0) != 0, axis=axes)
+        else:               # mean, var, std
+            x = self.full if dtype is not None or dt.kind in "fc" else \
+                F.cast(self.full, np.float64)
+            sel = Selection(self.mask, x if dtype is None else F.cast(x, dtype))
+            total = np.sum(sel._filled(0), axis=axes)
+            n = F.cast(self._count(axes), total.real.dtype)
+            mean = F.div(total, n)
+            if name == "mean":
+                r = mean
+            else:
+                kept = tuple(1 if k in axes else d for k, d in enumerate(sel.full.shape))
+                d = F.sub(sel.full, F.reshape(mean, kept))
+                sq = F.mul(d, d) if d.dtype.kind != "c" else F.mul(d, np.conj(d)).real
+                v = F.div(np.sum(Selection(self.mask, sq)._filled(0), axis=axes),
+                          F.sub(n, ddof))
+                r = v if name == "var" else F.sqrt_of_variance(v)
+        if keepdims:
+            nm = self.mask.ndim
+            r = F.reshape(r, (1,) + tuple(1 if a in axes else self.full.shape[a]
+                                          for a in range(nm, self.full.ndim)))
+        return r
+
+    @property
+    def size(self):
+        return self._count(tuple(range(self.full.ndim)))
 
     def _combine(self, fn, *others):
         args = []
@@ -63,12 +173,18 @@ class Selection:
         return first._combine(lambda *a: UFUNCS[ufunc](*a), *inputs)
 
     def __array_function__(self, func, types, args, kwargs):
-        self._refuse(f"np.{func.__name__} of x[mask]")
+        name = func.__name__
+        if name in _REDUCTIONS and args and args[0] is self and \
+                not any(isinstance(a, Selection) for a in args[1:]):
+            return self._reduce(name, *args[1:], **kwargs)
+        self._refuse(f"np.{name} of x[mask]")
 
     def __getattr__(self, name):
         if name.startswith("__array"):      # NumPy converting it: returned, or passed on
             self._refuse("x[mask] used as an array (returned, or passed to NumPy)",
                          self.made_at)
+        if name in _REDUCTIONS and name != "count_nonzero":
+            return lambda *a, **k: self._reduce(name, *a, **k)
         self._refuse(f"x[mask].{name}")
 
     def __len__(self):
@@ -88,6 +204,18 @@ class Selection:
 
     def __array__(self, dtype=None, copy=None):
         self._refuse("converting x[mask] to a NumPy array")
+
+
+# NumPy's positional parameters of each reduction of a selection
+_PARAMS = {"sum": ("axis", "dtype", "out", "keepdims"),
+           "prod": ("axis", "dtype", "out", "keepdims"),
+           "mean": ("axis", "dtype", "out", "keepdims"),
+           "var": ("axis", "dtype", "out", "ddof", "keepdims"),
+           "std": ("axis", "dtype", "out", "ddof", "keepdims"),
+           "max": ("axis", "out", "keepdims"), "min": ("axis", "out", "keepdims"),
+           "any": ("axis", "out", "keepdims"), "all": ("axis", "out", "keepdims"),
+           "count_nonzero": ("axis", "keepdims")}
+_REDUCTIONS = frozenset(_PARAMS) | {"amax", "amin"}
 
 
 def _binary(name):

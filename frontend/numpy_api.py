@@ -111,8 +111,7 @@ def _masked(a, where, fill):
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_out("sum", out)
-    s = F.sum(_masked(a, where, 0), axis, keepdims, dtype)
-    return s if initial is None else F.add(s, initial)
+    return C.join_initial(F.sum(_masked(a, where, 0), axis, keepdims, dtype), initial)
 
 
 def _any_all(reduce, a, axis, out, keepdims, where):
@@ -183,7 +182,7 @@ def _moment(name, fn):
         ones = F.ones_like(a) if where is None else F.cast(where, F._dtype_of(a))
         count = F.sum(F.broadcast_to(ones, F._shape_of(a)), axis, keepdims)
         r = F.div(sq, F.maximum(F.sub(count, ddof), 0.0))
-        return F.sqrt(r) if name == "std" else r
+        return F.sqrt_of_variance(r) if name == "std" else r
     return moment
 
 
@@ -1115,7 +1114,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         if where is not True:
             x = F.where(where, x, fill)
         r = array_ufunc(ufunc, method, (x,), kwargs)
-        return r if initial is None else array_ufunc(ufunc, "__call__", (r, initial), {})
+        if initial is None:
+            return r
+        # NumPy casts initial to the reduction's dtype (np.add.reduce(ints, initial=0.5))
+        return array_ufunc(ufunc, "__call__", (r, C.join_initial(r, initial, lambda r, i: i)), {})
     if where is not True and method != "__call__":
         _unsupported(f"{ufunc.__name__}.{method} with where=")
     if where is not True:
@@ -3434,6 +3436,13 @@ def _pow(x, p):
 
 # -- assignment ---------------------------------------------------------------------------------
 def _writable(s):
+    if isinstance(s, np.ndarray):       # np.copyto(z, v) & co. into a NumPy array (sweep 30)
+        raise UnsupportedError(
+            f"writing traced values into a NumPy array{_at(user_where())}: adjit follows the "
+            "arrays NumPy functions create inside the traced function (np.zeros, np.array, "
+            "np.copy(X)), but a global array and X.copy() stay NumPy arrays, which cannot hold "
+            "traced values; create the array with np.copy(X) or np.zeros, or compute a new "
+            "one (np.where(mask, v, z))")
     if current() is None:
         raise UnsupportedError(
             f"assigning into an array traced inside a function, after its trace ended"

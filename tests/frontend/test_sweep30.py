@@ -1,0 +1,78 @@
+"""Sweep 30 (testers I: a model zoo, J: NumPy API fidelity, K: speed against the peers):
+writes into NumPy arrays refused by name, initial= cast to the reduction's dtype, np.nanstd
+and np.std(where=) with derivative 0 at a constant slice."""
+import numpy as np
+import pytest
+
+import adjit
+
+X = np.arange(6.0).reshape(2, 3)
+G = np.zeros((2, 3))
+
+
+@pytest.mark.parametrize("write", [
+    lambda z, v: np.copyto(z, v, where=v > 0),
+    lambda z, v: np.put(z, [0, 4], v[0, :2]),
+    lambda z, v: np.putmask(z, v > 0, v),
+    lambda z, v: np.put_along_axis(z, np.array([[1], [2]]), v[:, :1], axis=1),
+], ids=["copyto", "put", "putmask", "put_along_axis"])
+def test_writing_traced_values_into_a_numpy_array_is_refused_by_name(write):
+    # an AttributeError ('numpy.ndarray' object has no attribute 'ctx') before
+    def f(v):
+        z = X.copy()                # a method of a NumPy array: not followed
+        write(z, v)
+        return z
+    with pytest.raises(adjit.UnsupportedError, match=r"NumPy array at test_sweep30.py.*np\.copy"):
+        adjit.compile(f)(np.ones((2, 3)))
+
+    def g(v):
+        z = np.copy(X)              # followed: works
+        write(z, v)
+        return z
+    np.testing.assert_array_equal(adjit.compile(g)(np.ones((2, 3))), g(np.ones((2, 3))))
+
+
+def test_copyto_into_a_global_is_refused_by_name():
+    def f(v):
+        np.copyto(G, v)
+        return G
+    with pytest.raises(adjit.UnsupportedError, match="global array"):
+        adjit.compile(f)(np.ones((2, 3)))
+
+
+COUNTS = np.array([[3, -2, 5], [1, 0, 7]])
+
+
+@pytest.mark.parametrize("f, x", [
+    (lambda a: np.sum(a, axis=1, initial=0.5), COUNTS),
+    (lambda a: np.prod(a, axis=1, initial=1.5), COUNTS),
+    (lambda a: np.nansum(a, axis=1, initial=0.5), COUNTS),
+    (lambda a: np.add.reduce(a, axis=1, initial=0.5), COUNTS),
+    (lambda a: np.multiply.reduce(a, axis=1, initial=1.5), COUNTS),
+    (lambda a: a.sum(axis=1, initial=0.5, where=a > 0), COUNTS),
+    (lambda a: np.sum(a, axis=1, initial=0.5), COUNTS > 0),
+    (lambda a: np.sum(a, initial=0.0), COUNTS),
+    (lambda x: np.sum(x * 2, initial=np.float64(0.1)), np.ones(3, np.float32)),
+    (lambda x: np.sum(x, initial=np.float32(0.1)), np.ones(3, np.float16)),
+    (lambda x: np.prod(x * 2, initial=np.float64(0.1)), np.ones(3, np.float32)),
+])
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_initial_is_cast_to_the_reductions_dtype(f, x, backend):
+    # np.sum(counts, initial=0.5) gave [6.5, 8.5] float64; NumPy [6, 8] int64
+    got, ref = adjit.compile(f, backend=backend)(x), f(x)
+    assert np.asarray(got).dtype == np.asarray(ref).dtype
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.std(x), lambda x: np.nanstd(x), lambda x: np.nanstd(x, ddof=1),
+    lambda x: np.std(x, where=x > 0),
+], ids=["std", "nanstd", "nanstd-ddof", "std-where"])
+def test_a_standard_deviation_of_a_constant_slice_has_derivative_zero(f):
+    np.testing.assert_array_equal(adjit.grad(f)(np.full(4, 2.0)), np.zeros(4))
+
+
+def test_nanstd_rows_with_a_constant_row_keep_the_other_rows_gradients():
+    X = np.array([[1., 2., np.nan], [3., 3., 3.], [np.nan, 5., 5.]])
+    g = adjit.grad(lambda X: np.sum(np.nanstd(X, axis=1)))(X)
+    np.testing.assert_allclose(g, [[-0.5, 0.5, 0], [0, 0, 0], [0, 0, 0]])
