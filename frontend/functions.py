@@ -1313,7 +1313,7 @@ def tile(x, reps):
 
 def repeat(x, repeats, axis=None):
     if isinstance(repeats, Tracer):
-        repeats._concrete("np.repeat's counts (the result's shape)")
+        repeats._concrete("using np.repeat's counts (they set the result's shape)")
     if isinstance(repeats, np.ndarray) and repeats.ndim == 0 and repeats.dtype.kind in "iu":
         repeats = int(repeats)             # np.repeat(x, np.array(2)): a 0-d count
     if np.ndim(repeats) == 0 and not isinstance(repeats, (int, np.integer)):

@@ -2078,13 +2078,19 @@ def _install():
         setattr(T, name, _method_out(name, getattr(T, name)))
     T.sort = lambda s, *a, **k: _setitem(s, Ellipsis, array_function(own["sort"], (s,) + a, k))
     T.fill = lambda s, value: _setitem(s, Ellipsis, value)
-    T.real = property(lambda s: s)  # adjit's arrays are real: NumPy's .real is the array
-    T.imag = property(lambda s: F.zeros_like(s))
+    # adjit's arrays are real: NumPy's .real is the array (y.real = v writes it), .imag zeros
+    T.real = property(lambda s: s, lambda s, v: _setitem(s, Ellipsis, v))
+    T.imag = property(lambda s: F.zeros_like(s), _set_imag_of_real)
     T.flat = property(_flat, _set_flat)
     T.view = _view
     T.nonzero = lambda s: _data_dependent("x.nonzero()")
     T.nbytes = property(lambda s: s.size * s.dtype.itemsize)
     T.itemsize = property(lambda s: s.dtype.itemsize)
+
+
+def _set_imag_of_real(s, v):
+    raise TypeError(f"array does not have imaginary part to set{_at(user_where())} (as NumPy); "
+                    "make it complex first (z = x + 0j)")
 
 
 def _method_out(name, fn):

@@ -821,7 +821,8 @@ class Tracer:
                       "keep the shape static and select with a mask instead (x[:k] becomes "
                       "adjit.where(np.arange(len(x)) < k, x, 0)), pick elements with traced "
                       "integer arrays (x[idx], np.take_along_axis), or make the argument static "
-                      "(static_argnums=...).")
+                      "(static_argnums=...; counts or sizes held in an array: pass them as a "
+                      "tuple of numbers, one program per tuple).")
         else:
             advice = ("Python control flow on traced values cannot be compiled: use "
                       "adjit.where(cond, a, b) for an elementwise choice (np.maximum / "
@@ -877,7 +878,7 @@ class Tracer:
         self._concrete("int()")
 
     def __index__(self):
-        self._concrete("using an array as an index or size")
+        self._concrete("using a traced value as an index, count or size")
 
     def __array__(self, dtype=None, copy=None):
         self._concrete("converting to a concrete NumPy array (np.asarray, .item, printing)")

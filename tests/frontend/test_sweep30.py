@@ -76,3 +76,26 @@ def test_nanstd_rows_with_a_constant_row_keep_the_other_rows_gradients():
     X = np.array([[1., 2., np.nan], [3., 3., 3.], [np.nan, 5., 5.]])
     g = adjit.grad(lambda X: np.sum(np.nanstd(X, axis=1)))(X)
     np.testing.assert_allclose(g, [[-0.5, 0.5, 0], [0, 0, 0], [0, 0, 0]])
+
+
+def test_setting_real_of_a_real_array_writes_it_and_imag_is_refused_as_numpy():
+    def f(x):
+        y = x * 2.0
+        y.real = np.abs(x)
+        return y
+    x = np.array([-1.0, 2.0, -3.0])
+    np.testing.assert_array_equal(adjit.compile(f)(x), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(adjit.grad(lambda x: np.sum(f(x) * np.arange(3)))(x),
+                                  [0.0, 1.0, -2.0])
+
+    def g(x):
+        y = x * 2.0
+        y.imag = x
+        return y
+    with pytest.raises(TypeError, match=r"imaginary part.*test_sweep30.py.*x \+ 0j"):
+        adjit.compile(g)(x)
+
+
+def test_traced_repeat_counts_say_to_pass_a_static_tuple():
+    with pytest.raises(adjit.TraceError, match=r"np\.repeat's counts.*tuple of numbers"):
+        adjit.compile(lambda a, c: np.repeat(a, c, axis=0))(np.ones((3, 2)), np.array([1, 2]))
