@@ -553,15 +553,26 @@ def sqrt(z):
     # the other is |im| / (2 t); the imaginary part has im's sign (-0.0 included)
     # (derivatives: |re| and |im| are written as the branch used, so sqrt(2 + 0j) and
     # sqrt(2j) keep the analytic derivative; on the cut, the side of im's sign)
+    # (|z| + |re| overflows from 9e307 on, and subnormal parts lose digits: both are scaled
+    # by a power of 4 first, whose root scales the result exactly; an infinite imaginary part
+    # gives inf + im j for any re, NaN included, as C99's csqrt)
     re, im = split(z)
     if im is None:
         im = np.zeros_like(re)
+    m = np.maximum(np.abs(re), np.abs(im))
+    big, tiny = m > 2.0 ** 1020, m < 2.0 ** -1020
+    s_in = np.where(big, 0.25, np.where(tiny, 2.0 ** 108, 1.0))
+    s_out = np.where(big, 2.0, np.where(tiny, 2.0 ** -54, 1.0))
+    re_s, im_s = re * s_in, im * s_in
     pos = re >= 0
-    t = np.sqrt((np.hypot(re, im) + np.where(pos, re, -re)) / 2)
+    t = np.sqrt((np.hypot(re_s, im_s) + np.where(pos, re_s, -re_s)) / 2)
     safe = np.where(t == 0, 1.0, 2 * t)
-    along = im / safe                                    # re >= 0: the imaginary part
-    across = np.where(np.signbit(im), -im, im) / safe    # re < 0: the real part, |im| / (2 t)
-    return make(np.where(pos, t, across), np.where(pos, along, np.copysign(t, im)))
+    along = im_s / safe                                      # re >= 0: the imaginary part
+    across = np.where(np.signbit(im), -im_s, im_s) / safe    # re < 0: the real part, |im|/(2t)
+    r_re = np.where(pos, t, across) * s_out
+    r_im = np.where(pos, along, np.copysign(t, im)) * s_out
+    inf_im = np.isinf(im)
+    return make(np.where(inf_im, np.inf, r_re), np.where(inf_im, im, r_im))
 
 
 def sin(z):
@@ -601,7 +612,8 @@ def power(a, p):
         return sqrt(a)
     if (_number(a) or type(a) is complex) and a != 0:
         return exp(mul(p, cmath.log(a)))   # a Python base: its log a weak Python complex
-    # exp(p log a), and at a = 0 NumPy's values: 1 for p = 0, 0 for a real p > 0, else nan
+    # exp(p log a), and at a = 0 NumPy's values: 1 for p = 0, 0 where p's real part is > 0
+    # (C99's cpow: 0 ** (2 + 1j) is 0), else nan
     # (through log 0 the value and the derivative would be nan)
     re, im = split(a)
     pr, pi = split(p)
@@ -611,7 +623,7 @@ def power(a, p):
     if not isinstance(r, ComplexTracer):
         return r
     p_zero = np.logical_and(pr == 0, _zero(pi) == 0)
-    to_zero = np.logical_and(pr > 0, _zero(pi) == 0)
+    to_zero = pr > 0
     at_zero = np.where(p_zero, 1.0, np.where(to_zero, 0.0, np.nan))
     return make(np.where(zero, at_zero, r.re), np.where(zero, 0.0, r.im))
 

@@ -99,3 +99,20 @@ def test_setting_real_of_a_real_array_writes_it_and_imag_is_refused_as_numpy():
 def test_traced_repeat_counts_say_to_pass_a_static_tuple():
     with pytest.raises(adjit.TraceError, match=r"np\.repeat's counts.*tuple of numbers"):
         adjit.compile(lambda a, c: np.repeat(a, c, axis=0))(np.ones((3, 2)), np.array([1, 2]))
+
+
+def test_complex_sqrt_at_huge_tiny_and_infinite_parts_as_numpy():
+    f = lambda a, b: np.sqrt(a + 1j * b)     # noqa: E731
+    a = np.array([1e308, 5e-324, 1.0, -1e308, 3.0, -2.0, 0.0, np.nan, -np.inf, np.inf, 1e-310])
+    b = np.array([1e308, 5e-324, np.inf, 1e307, 4.0, -0.0, 0.0, np.inf, 1.0, -1.0, -1e-310])
+    with np.errstate(all="ignore"):
+        ref = f(a, b)
+    for backend in ("numpy", "numba"):
+        got = adjit.compile(f, backend=backend)(a, b)
+        np.testing.assert_allclose(got, ref, rtol=1e-15)
+        np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(ref.imag))
+
+
+def test_zero_to_a_complex_power_with_positive_real_part_is_zero():
+    g = lambda r: r ** (2 + 1j)              # noqa: E731
+    np.testing.assert_array_equal(adjit.compile(g)(np.array([0.0, 1.0])), [0, 1])
