@@ -6,12 +6,19 @@ reference's np.add.at handles repeated positions one element at a time, 28.8 ms 
 of 64 into a 10,000-row table where a loop adding whole rows takes 2.5 ms (JAX 2.2, PyTorch 5.0).
 Keys of leading index arrays followed by whole slices (the common case) take the loop; any other
 key, and dtypes the loop does not cover, take the reference.
+
+place_add, the cotangent of overlapping slices of one array (x[1:] - x[:-1], a 5-point
+stencil): the reference adds each piece in its own pass over the result (9 passes, 1.6 ms of a
+512x512 stencil gradient's 3.3); the loop adds every piece to one row of the result while the
+row is in cache (2.7 ms for the whole gradient), in the same order, so the bits are the same.
+1-d and 2-d results with unit-step slices take it; others the reference.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
+from ..ir.ops import _place_add as _place_reference
 from ..ir.ops import _scatter_add as _reference
 
 _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -65,4 +72,58 @@ def scatter_add(g, *idx, key, shape, unique=False):
     return z
 
 
-OPS = {"scatter_add": scatter_add}
+# -- place_add: the cotangent of overlapping slices (x[1:] - x[:-1], a 5-point stencil) ---------
+@numba.njit(cache=True, nogil=True)
+def _place_rows(z, pieces, boxes):
+    """z[r0:r0 + nr, c0:c0 + nc] += piece for each piece and box (r0, nr, c0, nc), a row of z at
+    a time: the row stays in cache while every piece adds to it (one pass over z where NumPy's
+    z[index] += piece makes one per piece)."""
+    for i in range(z.shape[0]):
+        for k in range(len(pieces)):
+            r = i - boxes[k, 0]
+            if r >= 0 and r < boxes[k, 1]:
+                p = pieces[k]
+                c0 = boxes[k, 2]
+                for j in range(boxes[k, 3]):
+                    z[i, c0 + j] += p[r, j]
+
+
+def _box(index, shape):
+    """(r0, nr, c0, nc) of a basic index of unit steps into a 2-d shape, else None."""
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > 2 or any(type(k) is not slice for k in index):
+        return None
+    index = index + (slice(None),) * (2 - len(index))
+    box = []
+    for k, n in zip(index, shape):
+        start, stop, step = k.indices(n)
+        if step != 1:
+            return None
+        box += [start, max(stop - start, 0)]
+    return box
+
+
+def place_add(*pieces, indices, shape):
+    shape = tuple(shape)
+    dt = np.result_type(*pieces) if pieces else None
+    if len(shape) not in (1, 2) or len(pieces) < 2 or dt not in _FLOATS or \
+            any(np.dtype(getattr(p, "dtype", None) or np.float64) != dt for p in pieces):
+        return _place_reference(*pieces, indices=indices, shape=shape)
+    shape2 = shape if len(shape) == 2 else (1,) + shape
+    boxes, arrays = [], []
+    for p, index in zip(pieces, indices):
+        if len(shape) == 1:
+            index = (slice(None),) + (index if isinstance(index, tuple) else (index,))
+        box = _box(index, shape2)
+        p = np.asarray(p)
+        if box is None or p.shape != tuple(box[1::2])[-p.ndim:] or \
+                p.size != box[1] * box[3]:
+            return _place_reference(*pieces, indices=indices, shape=shape)
+        boxes.append(box)
+        arrays.append(np.ascontiguousarray(p).reshape(box[1], box[3]))
+    z = np.zeros(shape2, dt)
+    _place_rows(z, tuple(arrays), np.array(boxes, dtype=np.intp))
+    return z.reshape(shape)
+
+
+OPS = {"scatter_add": scatter_add, "place_add": place_add}

@@ -390,3 +390,21 @@ def test_other_powers_keep_numpys_power():
         f = adjit.compile(lambda x: x ** e, backend="numpy")
         assert "_rt_ops['pow']" not in f.lower(x).source
         np.testing.assert_array_equal(f(x), x ** e)
+
+
+@pytest.mark.parametrize("loss, shape", [
+    (lambda u: np.sum((u[1:] - u[:-1]) ** 2) + np.sum(u[2:] * u[:-2]), (3000,)),
+    (lambda u: np.sum((u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                       - 4 * u[1:-1, 1:-1]) ** 2) + np.sum(np.abs(u[1:] - u[:-1])), (64, 48)),
+    (lambda u: np.sum(u[::2, 1:] * u[1::2, :-1]), (64, 48)),            # steps: the reference
+    (lambda u: np.sum(u[1:, None, :] * u[None, :-1, :]), (20, 30)),     # 3-d: the reference
+    (lambda u: np.sum(u[1:, 1:, :] - u[:-1, :-1, :] ** 2), (6, 7, 8)),  # 3-d: the reference
+], ids=["diffs", "stencil", "steps", "broadcast", "3d"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_cotangent_of_overlapping_slices_adds_as_the_reference(loss, shape, dtype):
+    # place_add in numba adds every piece to a row of the result while it is in cache (one
+    # pass where NumPy makes one per piece), in the same order of additions
+    u = np.random.default_rng(4).normal(size=shape).astype(dtype)
+    got = adjit.grad(loss, backend="numba", min_kernel_size=0)(u)
+    ref = adjit.grad(loss, backend="numpy")(u)
+    np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], atol=RTOL[dtype])
