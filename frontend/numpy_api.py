@@ -541,10 +541,18 @@ def _data_dependent(what):
 
 def _einsum(subscripts, *operands, optimize=False, **kw):
     _no_out("einsum", kw.pop("out", None))
+    dtype, casting = kw.pop("dtype", None), kw.pop("casting", "safe")
+    kw.pop("order", None)             # layouts are free
     if kw:
         _unsupported(f"einsum with arguments {sorted(kw)}")
     if not isinstance(subscripts, str):
         subscripts, operands = _interleaved((subscripts,) + operands)
+    if dtype is not None:             # NumPy computes in dtype, its operands cast by casting=
+        dt = np.dtype(dtype)
+        for op in operands:
+            _check_cast(op, np.empty(0, dt), casting, "np.einsum(..., dtype=)")
+        operands = tuple(F.cast(op, dt) if isinstance(B.resolve(op), Tracer)
+                         else np.asarray(op, dt) for op in operands)
     return F.einsum(subscripts, *operands)
 
 

@@ -244,10 +244,15 @@ def _at_lib(where) -> str:
     return _at(where) + (_inside(lib) if lib is not None else "")
 
 
+# what to write instead of a NumPy function whose own Python code adjit cannot follow
+_INSTEAD = {"poly1d": "np.polyval(c, x) evaluates a polynomial of traced coefficients c"}
+
+
 def _inside(lib):
+    hint = next((f"; {v}" for k, v in _INSTEAD.items() if f".{k}." in f".{lib}."), "")
     return (f", inside {lib} (NumPy's own Python code for it, which ran on the traced array: "
             "adjit does not implement this function; compute it outside the traced function, "
-            "or write it with the NumPy functions adjit supports)")
+            f"or write it with the NumPy functions adjit supports{hint})")
 
 
 def _library_call(frames=None):

@@ -116,3 +116,22 @@ def test_complex_sqrt_at_huge_tiny_and_infinite_parts_as_numpy():
 def test_zero_to_a_complex_power_with_positive_real_part_is_zero():
     g = lambda r: r ** (2 + 1j)              # noqa: E731
     np.testing.assert_array_equal(adjit.compile(g)(np.array([0.0, 1.0])), [0, 1])
+
+
+@pytest.mark.parametrize("kw, dtype", [({"dtype": np.float32, "casting": "same_kind"}, np.float64),
+                                       ({"dtype": np.float64}, np.float32),
+                                       ({"casting": "same_kind"}, np.float64)])
+def test_einsum_computes_in_its_dtype_argument(kw, dtype):
+    x = np.random.default_rng(0).normal(size=(3, 3)).astype(dtype)
+    f = lambda x: np.einsum("ij,jk->ik", x, x, **kw)      # noqa: E731
+    got, ref = adjit.compile(f)(x), f(x)
+    assert got.dtype == ref.dtype
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    with pytest.raises(TypeError, match="cannot cast float64 to float32"):
+        adjit.compile(lambda x: np.einsum("ij->i", x, dtype=np.float32))(
+            np.ones((2, 2)))
+
+
+def test_poly1d_of_traced_coefficients_points_to_polyval():
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.polyval\(c, x\)"):
+        adjit.compile(lambda c: np.poly1d(c)(2.0))(np.ones(3))
