@@ -595,6 +595,10 @@ def power(a, p):
             not isinstance(a, (int, float, complex)):
         p = int(p)      # z ** 2.0 is z * z, as NumPy computes it (exact, and 0 at z = 0)
     if isinstance(p, (int, np.integer)) and not isinstance(p, bool) and abs(int(p)) <= 64:
+        if isinstance(p, np.integer) and isinstance(a, ComplexTracer):
+            dt = np.result_type(a.dtype, p)     # a NumPy integer is strong: c64 ** int64
+            if dt != a.dtype:                   # is complex128
+                a = a.astype(dt)
         n = abs(int(p))
         r, base = None, a
         while n:             # NumPy's complex power by squaring for small integer powers

@@ -921,7 +921,18 @@ def join_initial(r, initial, combine=None):
     dt = F._dtype_of(r)
     if isinstance(initial, Tracer):
         return combine(r, F.cast(initial, dt) if initial.dtype != dt else initial)
-    return combine(r, np.asarray(initial).astype(dt))
+    return combine(r, cast_initial(initial, dt))
+
+
+def cast_initial(initial, dt):
+    """initial= in the reduction's dtype as NumPy casts it: a Python int out of an integer
+    dtype's range raises OverflowError (np.max(u8, initial=-1)), a float is truncated."""
+    if type(initial) is int and np.dtype(dt).kind in "iu":
+        info = np.iinfo(dt)
+        if not info.min <= initial <= info.max:
+            raise OverflowError(f"Python integer {initial} out of bounds for {np.dtype(dt)}"
+                                f"{_at(user_where())} (initial=, as NumPy)")
+    return np.asarray(initial).astype(dt)
 
 
 def nansum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):

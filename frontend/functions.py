@@ -576,7 +576,9 @@ def _getitem(x, key):
     mask = traced_mask(x, key)
     if mask is not None:
         from .masked import Selection
-        return Selection.of(x, mask)  # x[x > 0]: only for writing back (see masked.py)
+        raw = key if isinstance(key, tuple) else (key,)
+        # x[x > 0], x[m, ...]: the mask itself on the leading axes; else widened (masked.py)
+        return Selection.of(x, mask, leading=bool(raw) and resolve(raw[0]) is mask)
     key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k
                 for k in _norm_index(_static_masks(key, x.shape), x.ndim))
     if any(isinstance(k, (Tracer, np.ndarray, list)) for k in key):

@@ -29,15 +29,19 @@ class Selection:
     """x[mask] held at x's full shape; see the module docstring."""
     __array_priority__ = 2000
 
-    def __init__(self, mask, full):
+    def __init__(self, mask, full, leading=True):
         self.mask, self.full = mask, full
+        # the mask on full's leading axes (x[m], x[m, :]): x[mask]'s axis 0 is the selected
+        # positions. Otherwise (x[m, 1:], x[:, m]) the mask was widened to full's shape and
+        # only the elements are known: reductions over all of them, not along an axis
+        self.leading = leading
         self.made_at = user_where()      # for a use far from the user's code (returning it)
 
     @staticmethod
-    def of(x, mask):
+    def of(x, mask, leading=True):
         from . import functions as F
         m = F.reshape(mask, mask.shape + (1,) * (x.ndim - mask.ndim))
-        return Selection(mask, F.where(m, x, F.stop_gradient(x)))
+        return Selection(mask, F.where(m, x, F.stop_gradient(x)), leading)
 
     def _refuse(self, what="this use of x[mask]", where=None):
         raise UnsupportedError(
@@ -100,6 +104,10 @@ class Selection:
             self._refuse(f"x[mask].{name} with out=, where= or initial=")
         axis, dtype = kw.get("axis"), kw.get("dtype")
         keepdims, ddof = kw.get("keepdims", False), kw.get("ddof", 0)
+        if not self.leading and (axis is not None or keepdims):
+            self._refuse(f"x[mask].{name} along an axis, for a mask beside other indices "
+                         "(x[m, 1:], x[:, m]: only a reduction of all the selected elements is "
+                         "supported there)")
         axes, first = self._axes(axis)
         from . import functions as F
         if not first:       # along the axes after the selected positions: still a selection
@@ -138,8 +146,9 @@ class Selection:
                 kept = tuple(1 if k in axes else d for k, d in enumerate(sel.full.shape))
                 d = F.sub(sel.full, F.reshape(mean, kept))
                 sq = F.mul(d, d) if d.dtype.kind != "c" else F.mul(d, np.conj(d)).real
+                # NumPy divides by max(n - ddof, 0): inf or nan where ddof >= n
                 v = F.div(np.sum(Selection(self.mask, sq)._filled(0), axis=axes),
-                          F.sub(n, ddof))
+                          F.maximum(F.sub(n, ddof), 0.0))
                 r = v if name == "var" else F.sqrt_of_variance(v)
         if keepdims:
             nm = self.mask.ndim
@@ -149,7 +158,11 @@ class Selection:
 
     @property
     def size(self):
-        return self._count(tuple(range(self.full.ndim)))
+        """The number of selected elements, traced, and weak as the Python int NumPy's size
+        is (a float32 sum / size stays float32)."""
+        c = self._count(tuple(range(self.full.ndim)))
+        c.ctx.weak.add(c.id)
+        return c
 
     def _combine(self, fn, *others):
         args = []
@@ -163,7 +176,7 @@ class Selection:
                 self._refuse("combining x[mask] with an array")
             else:
                 args.append(o)
-        return Selection(self.mask, fn(*args))
+        return Selection(self.mask, fn(*args), self.leading)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         from .numpy_api import UFUNCS
@@ -180,9 +193,9 @@ class Selection:
         self._refuse(f"np.{name} of x[mask]")
 
     def __getattr__(self, name):
-        if name.startswith("__array"):      # NumPy converting it: returned, or passed on
-            self._refuse("x[mask] used as an array (returned, or passed to NumPy)",
-                         self.made_at)
+        if name.startswith("__"):           # NumPy or a library converting it: returned,
+            self._refuse("x[mask] used as an array (returned, or passed to a function "
+                         "other than a reduction)", self.made_at)
         if name in _REDUCTIONS and name != "count_nonzero":
             return lambda *a, **k: self._reduce(name, *a, **k)
         self._refuse(f"x[mask].{name}")
@@ -240,9 +253,9 @@ for _n in ("add", "sub", "mul", "truediv", "pow", "floordiv", "mod"):
     setattr(Selection, f"__r{_n}__", _reflected(f"__r{_n}__"))
 Selection.__matmul__ = lambda s, o: s._refuse("a matrix product of x[mask]")
 Selection.__rmatmul__ = lambda s, o: s._refuse("a matrix product of x[mask]")
-Selection.__neg__ = lambda s: Selection(s.mask, -s.full)
+Selection.__neg__ = lambda s: Selection(s.mask, -s.full, s.leading)
 Selection.__pos__ = lambda s: s
-Selection.__abs__ = lambda s: Selection(s.mask, abs(s.full))
+Selection.__abs__ = lambda s: Selection(s.mask, abs(s.full), s.leading)
 Selection.__hash__ = None
 
 

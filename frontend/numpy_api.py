@@ -140,6 +140,8 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
 def _extreme(name, reduce, combine):
     def fn(a, axis=None, out=None, keepdims=False, initial=None, where=None):
         _no_out(name, out)
+        if initial is not None and not isinstance(B.resolve(initial), Tracer):
+            C.cast_initial(initial, F._dtype_of(B.resolve(a)))   # NumPy's OverflowError
         if where is not None:
             if initial is None:
                 raise UnsupportedError(f"np.{name}(..., where=...) needs initial=..., as in "
@@ -157,7 +159,7 @@ def _extreme(name, reduce, combine):
         if initial is None:
             return r
         # NumPy casts initial to the array's dtype (a bool mask's max stays bool)
-        return combine(r, np.asarray(initial).astype(F._dtype_of(r)))
+        return combine(r, C.cast_initial(initial, F._dtype_of(r)))
     return fn
 
 

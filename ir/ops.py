@@ -524,8 +524,9 @@ def _power(x, e, out=None):
     """np.power(x, e, out=out); a float array to a whole power from 3 to 8 by products, in the
     numba kernels' order (backends/numba_kernels._power: the same bits on both backends)."""
     k = whole_power(e)
+    # float16 keeps NumPy's power (computed in float32): products in float16 round each step
     if k is None or not isinstance(x, np.ndarray) or x.dtype.kind not in "fc" or \
-            np.result_type(x, e) != x.dtype:
+            x.dtype == np.float16 or np.result_type(x, e) != x.dtype:
         return np.power(x, e, out=out)
     parts, sq, n = [], x, abs(k)
     while n:                # x^k = x^(2^i) * x^(2^j) * ..., the squares computed first

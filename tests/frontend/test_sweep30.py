@@ -153,3 +153,69 @@ def test_i0_derivative_is_its_series_slope_not_the_recurrence_unrolled():
     h = np.diag(adjit.hessian(lambda x: np.sum(np.i0(x)))(xs))
     expect = np.where(xs == 0, 0.5, np.i0(xs) - i1 / np.where(xs == 0, 1.0, xs))
     np.testing.assert_allclose(h, expect, rtol=1e-12)
+
+
+XM = np.arange(12.0).reshape(4, 3)
+W, CM = np.array([1., -1, 1, -1]), np.array([1., -1, 1])
+
+
+@pytest.mark.parametrize("f", [
+    lambda X, w, c: X[w > 0, 1:].sum(axis=0), lambda X, w, c: X[:, c > 0].mean(axis=-1),
+    lambda X, w, c: X[:, c > 0].sum(axis=1), lambda X, w, c: X[..., c > 0].max(0),
+], ids=["rows-then-slice", "columns-mean", "columns-sum", "ellipsis-max"])
+def test_a_mask_beside_other_indices_is_not_reduced_along_an_axis(f):
+    # sweep 31: X[w > 0, 1:].sum(axis=0) gave the scalar 18 (NumPy [8, 10]): the mask was
+    # widened to X's shape and reduced whole; along an axis it is refused now
+    with pytest.raises(adjit.UnsupportedError, match="beside other indices"):
+        adjit.compile(f)(XM, W, CM)
+
+
+@pytest.mark.parametrize("f", [
+    lambda X, w, c: X[w > 0, 1:].sum(), lambda X, w, c: X[:, c > 0].mean(),
+    lambda X, w, c: X[w > 0].sum(axis=0), lambda X, w, c: X[w > 0, :].mean(0),
+    lambda X, w, c: X[w > 0, ...].std(axis=0, ddof=1),
+])
+def test_a_mask_beside_other_indices_reduces_all_its_elements(f):
+    np.testing.assert_allclose(adjit.compile(f)(XM, W, CM), f(XM, W, CM), rtol=1e-14)
+
+
+@pytest.mark.parametrize("f", [lambda x: np.var(x[x > 4], ddof=8), lambda x: np.var(x[x > 9], ddof=4),
+                               lambda x: np.std(x[x > 100], ddof=1),
+                               lambda x: np.std(x[x > 9], ddof=2)])
+def test_masked_var_with_ddof_beyond_the_count_is_inf_or_nan_as_numpy(f):
+    # the divisor went negative: np.var(x[x > 0], ddof=4) of 3 values gave -2.0 (NumPy inf)
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        ref = f(XM)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(adjit.compile(f)(XM), ref)
+
+
+def test_a_selections_size_is_weak_as_numpys_python_int():
+    x = XM.astype(np.float32)
+    got = adjit.compile(lambda x: x[x > 3].sum() / x[x > 3].size)(x)
+    assert got.dtype == np.float32 and got == np.float32(x[x > 3].mean())
+
+
+@pytest.mark.parametrize("f", [lambda u: np.max(u, initial=-1), lambda u: np.max(u, initial=300),
+                               lambda u: np.min(u, initial=-1, where=u > 2)])
+def test_initial_out_of_an_integer_dtypes_range_raises_overflow_as_numpy(f):
+    u8 = np.array([1, 5, 3], np.uint8)
+    with pytest.raises(OverflowError):
+        f(u8)
+    with pytest.raises(OverflowError, match="test_sweep30.py"):
+        adjit.compile(f)(u8)
+
+
+def test_complex64_to_a_numpy_int64_power_is_complex128():
+    z = (np.arange(3) + 1j).astype(np.complex64)
+    for p in (np.int64(3), np.int8(3), 3, np.int64(-2)):
+        got, ref = adjit.compile(lambda z: z ** p)(z), z ** p
+        assert got.dtype == ref.dtype
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_float16_whole_powers_keep_numpys_power():
+    x = np.random.default_rng(0).uniform(0.5, 2, 1000).astype(np.float16)
+    for backend in ("numpy", "numba"):
+        np.testing.assert_array_equal(adjit.compile(lambda x: x ** 5, backend=backend)(x),
+                                      x ** 5)
