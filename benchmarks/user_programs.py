@@ -21,6 +21,11 @@ Loss functions, each written the way a NumPy user writes it (float64 throughout)
               (exp and log of every point and component; n = 20,000)
   reaction    8 explicit steps of u + 0.1 (laplacian(u) + tanh(u) - u^3 / 3), np.roll
               stencil (256^2)
+  embed       word2vec-style: rows E[ids] and C[ctx] of two 10,000 x 64 tables, 50,000 pairs
+              with repeats, np.sum((np.sum(E[ids] * C[ctx], 1) - 1)**2); gradient w.r.t. E
+  gelu        layer norm then the tanh GELU (its x**3), 1024 x 512
+  i0          np.sum(np.i0(x) * np.exp(-np.abs(x))), the scaled Bessel function (n = 1e5)
+  stencil     5-point Laplacian of u by slices, squared, plus total variation (512^2)
 Peers: eager NumPy forward only (the program itself), JAX jax.jit(jax.value_and_grad) with
 x64 (a jax.numpy mirror of each program), PyTorch eager float64 forward + backward; a peer
 that is not installed is skipped with a line. adjit compile = the first call of
@@ -183,9 +188,43 @@ def reaction(u):
     return np.sum(u ** 2)
 
 
+def embed(E, C, ids, ctx):
+    s = np.sum(E[ids] * C[ctx], axis=1)
+    return np.sum((s - 1.0) ** 2)
+
+
+def gelu(x, g):
+    mu = np.mean(x, axis=-1, keepdims=True)
+    h = (x - mu) / np.sqrt(np.var(x, axis=-1, keepdims=True) + 1e-5) * g
+    return np.sum(0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h ** 3))))
+
+
+def i0(x):
+    return np.sum(np.i0(x) * np.exp(-np.abs(x)))
+
+
+def stencil(u):
+    lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+    return np.sum(lap ** 2) + 0.1 * np.sum(np.abs(u[1:] - u[:-1])) + \
+        0.1 * np.sum(np.abs(u[:, 1:] - u[:, :-1]))
+
+
 # -- JAX mirrors --------------------------------------------------------------------------------
 def jax_mirrors(jax):
     jnp = jax.numpy
+
+    def j_embed(E, C, ids, ctx):
+        return jnp.sum((jnp.sum(E[ids] * C[ctx], axis=1) - 1.0) ** 2)
+
+    def j_gelu(x, g):
+        mu = jnp.mean(x, axis=-1, keepdims=True)
+        h = (x - mu) / jnp.sqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5) * g
+        return jnp.sum(0.5 * h * (1 + jnp.tanh(0.7978845608 * (h + 0.044715 * h ** 3))))
+
+    def j_stencil(u):
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+        return jnp.sum(lap ** 2) + 0.1 * jnp.sum(jnp.abs(u[1:] - u[:-1])) + \
+            0.1 * jnp.sum(jnp.abs(u[:, 1:] - u[:, :-1]))
 
     def j_gp(theta, X, y):
         ell, sf2 = jnp.exp(theta[0]), jnp.exp(2 * theta[1])
@@ -267,6 +306,8 @@ def jax_mirrors(jax):
 
     return {
         "gmm": j_gmm, "reaction": j_reaction,
+        "embed": j_embed, "gelu": j_gelu, "stencil": j_stencil,
+        "i0": lambda x: jnp.sum(jnp.i0(x) * jnp.exp(-jnp.abs(x))),
         "ema": j_ema,
         "thomas": j_thomas,
         "assembly": j_assembly,
@@ -378,8 +419,23 @@ def torch_mirrors(torch):
             u = u + 0.1 * (lap + torch.tanh(u) - u ** 3 / 3)
         return torch.sum(u ** 2)
 
+    def t_embed(E, C, ids, ctx):
+        return torch.sum((torch.sum(E[ids] * C[ctx], dim=1) - 1.0) ** 2)
+
+    def t_gelu(x, g):
+        mu = torch.mean(x, dim=-1, keepdim=True)
+        h = (x - mu) / torch.sqrt(torch.var(x, dim=-1, keepdim=True, unbiased=False) + 1e-5) * g
+        return torch.sum(0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h ** 3))))
+
+    def t_stencil(u):
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+        return torch.sum(lap ** 2) + 0.1 * torch.sum(torch.abs(u[1:] - u[:-1])) + \
+            0.1 * torch.sum(torch.abs(u[:, 1:] - u[:, :-1]))
+
     return {
         "gmm": t_gmm, "reaction": t_reaction,
+        "embed": t_embed, "gelu": t_gelu, "stencil": t_stencil,
+        "i0": lambda x: torch.sum(torch.special.i0(x) * torch.exp(-torch.abs(x))),
         "thomas": t_thomas,
         "assembly": t_assembly,
         "ema": t_ema,
@@ -458,6 +514,17 @@ def cases(quick, rng):
                 {"x": rng.normal(size=n) * 2}))
     n = 64 if quick else 256
     out.append(("reaction", f"{n}x{n}, 8 steps", reaction, (rng.normal(size=(n, n)),), {}))
+    rows, pairs = (1000, 5000) if quick else (10000, 50000)
+    out.append(("embed", f"{rows}x64 tables, {pairs} pairs", embed,
+                (rng.normal(size=(rows, 64)) * 0.1, rng.normal(size=(rows, 64)) * 0.1),
+                {"ids": rng.integers(0, rows, pairs), "ctx": rng.integers(0, rows, pairs)}))
+    shape = (128, 512) if quick else (1024, 512)
+    out.append(("gelu", f"{shape[0]}x{shape[1]}", gelu, (rng.normal(size=shape),),
+                {"g": 1 + 0.1 * rng.normal(size=shape[1])}))
+    n = 10 ** 4 if quick else 10 ** 5
+    out.append(("i0", f"n={n:.0e}", i0, (rng.uniform(-20, 20, size=n),), {}))
+    n = 128 if quick else 512
+    out.append(("stencil", f"{n}x{n}", stencil, (rng.normal(size=(n, n)),), {}))
     return out
 
 
