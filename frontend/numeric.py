@@ -430,14 +430,12 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     array([2. , 0.5])
     """
     where = _at(user_where())
+    xp = B.resolve(xp) if isinstance(xp, B.Buffer) else xp
     if isinstance(xp, Tracer):
-        d = xp.ctx.graph[xp.id]
-        arg = (f". xp is the argument {d['name']!r}, and arguments are traced: close over "
-               "the sample points instead (compile lambda x, fp: f(x, xp, fp), or read them "
-               "from a global), which makes them constants") if d["op"] == "input" else ""
-        raise UnsupportedError(f"np.interp with traced xp{where}; the sample points xp must "
-                               "be a constant NumPy array (x, fp, left and right may be "
-                               f"traced){arg}")
+        if period is not None:
+            raise UnsupportedError(f"np.interp with traced xp and a period{where}; give the "
+                                   "sample points as a constant array, or leave out period=")
+        return _interp_traced_knots(x, xp, fp, left, right, where)
     if period is not None:
         # NumPy's own reduction: x and xp into one period, xp sorted (fp with it) and
         # extended by one point on each side across the seam; left and right are ignored
@@ -500,6 +498,43 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     lo = F.getitem(fp, 0) if left is None else left
     hi = last if right is None else right
     return F.cast(F.where(F.lt(x, xp[0]), lo, F.where(F.gt(x, xp[-1]), hi, res)), np.float64)
+
+
+def _interp_traced_knots(x, xp, fp, left, right, where):
+    """np.interp with traced sample points xp (learned knots): each x finds its piece by a
+    binary search of the traced xp, and the value fp_j + (fp_j+1 - fp_j) (x - xp_j) / (xp_j+1
+    - xp_j) has derivatives in x, xp and fp. xp must be increasing, as NumPy assumes (neither
+    checks it: a traced xp cannot be checked while tracing)."""
+    if _dtype_of(fp).kind == "c" or _dtype_of(xp).kind == "c":
+        raise UnsupportedError(f"np.interp with complex fp or xp{where}")
+    xshape, fshape = tuple(_shape_of(xp)), tuple(_shape_of(fp))
+    if len(xshape) != 1 or fshape != xshape or xshape[0] == 0:
+        raise ShapeError(f"np.interp: xp {xshape} and fp {fshape} must be 1-d and of the "
+                         f"same, non-zero length{where}")
+    x, xp, fp = (F.cast(v, np.float64) for v in (x, xp, fp))
+    n, last = xshape[0], F.getitem(fp, -1)
+    first_x, last_x = F.getitem(xp, 0), F.getitem(xp, -1)
+    if n == 1:
+        res = F.broadcast_to(last, _shape_of(x))
+    else:
+        j = np.zeros(_shape_of(x), np.intp) if n == 2 else \
+            searchsorted(F.getitem(xp, slice(1, -1)), x, "right")
+        j1 = F.add(j, 1)
+        xj, xj1 = F.getitem(xp, j), F.getitem(xp, j1)
+        fj, fj1 = F.getitem(fp, j), F.getitem(fp, j1)
+        width = F.sub(xj1, xj)
+        # a zero-width piece is never the one used, but it is differentiated: a safe width
+        flat = F.eq(width, 0)
+        slope = F.div(F.sub(fj1, fj), F.where(flat, F.ones_like(width), width))
+        slope = F.where(flat, F.zeros_like(slope), slope)
+        res = F.add(F.mul(slope, F.sub(x, xj)), fj)
+        # at the last knot NumPy gives fp[-1] itself (its derivative in x the last slope)
+        res = F.where(F.eq(x, last_x), F.add(F.mul(slope, F.sub(x, last_x)), last), res)
+        res = F.where(C.isnan(x), x, res)
+    lo = F.getitem(fp, 0) if left is None else left
+    hi = last if right is None else right
+    return F.cast(F.where(F.lt(x, first_x), lo, F.where(F.gt(x, last_x), hi, res)),
+                  np.float64)
 
 
 # -- grids and products ------------------------------------------------------------------------

@@ -494,9 +494,10 @@ def test_ix_takes_traced_index_vectors():
     assert adjit.gradcheck(f, K, tr) < 1e-6
 
 
-def test_interp_with_sample_points_passed_as_an_argument_says_to_close_over_them():
-    with pytest.raises(adjit.UnsupportedError, match="argument 'ts'.*close over"):
-        adjit.compile(lambda t, ts, u: np.interp(t, ts, u))(0.5, np.arange(3.0), np.ones(3))
+def test_interp_with_sample_points_passed_as_an_argument_and_bincount_minlength():
+    # traced sample points are supported since sweep 30 (they were refused)
+    assert adjit.compile(lambda t, ts, u: np.interp(t, ts, u))(
+        0.5, np.arange(3.0), np.arange(3.0) * 2) == 1.0
     with pytest.raises(adjit.UnsupportedError, match="minlength only bounds it"):
         adjit.compile(lambda w, y: np.bincount(y, w, minlength=3))(np.ones(3), np.arange(3))
 

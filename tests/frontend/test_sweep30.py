@@ -219,3 +219,21 @@ def test_float16_whole_powers_keep_numpys_power():
     for backend in ("numpy", "numba"):
         np.testing.assert_array_equal(adjit.compile(lambda x: x ** 5, backend=backend)(x),
                                       x ** 5)
+
+
+KNOTS = np.array([0.0, 0.7, 1.5, 1.5, 3.0, 4.2, 6.0])
+VALUES = np.sin(KNOTS) + KNOTS
+
+
+@pytest.mark.parametrize("left, right", [(None, None), (-1.0, 2.0)])
+def test_interp_with_traced_knots_is_numpys_and_differentiates_the_knots(left, right):
+    # sweep 29: np.interp with traced xp (learned breakpoints) was refused
+    x = np.concatenate([np.linspace(-1, 7, 41), KNOTS, [np.nan]])
+    f = lambda x, xp, fp: np.interp(x, xp, fp, left=left, right=right)   # noqa: E731
+    for backend in ("numpy", "numba"):
+        np.testing.assert_allclose(adjit.compile(f, backend=backend)(x, KNOTS, VALUES),
+                                   f(x, KNOTS, VALUES), rtol=1e-14, atol=1e-15)
+    inner = np.linspace(0.05, 5.95, 38)       # off the knots: the derivative exists
+    loss = lambda xp, fp: np.sum(f(inner, xp, fp) ** 2)     # noqa: E731
+    xp = np.array([0.0, 0.7, 1.5, 1.6, 3.0, 4.2, 6.0])
+    assert adjit.gradcheck(loss, xp, VALUES, argnums=(0, 1)) < 1e-6
