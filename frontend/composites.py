@@ -266,6 +266,9 @@ def take(x, indices, axis=None, out=None, mode="raise"):
 
 def diff(x, n=1, axis=-1, prepend=None, append=None):
     ax = _axis(axis, _nd(x), "diff")
+    if n < 0:
+        raise ValueError(f"order must be non-negative but got {n!r}{_at(user_where())} "
+                         "(np.diff, as NumPy)")
     if n == 0:
         return x     # NumPy ignores prepend and append then
     if prepend is not None or append is not None:

@@ -510,6 +510,11 @@ def _weighted_average(a, axis, weights):
         weights = F.reshape(weights, tuple(d if k in axes else 1
                                            for k, d in enumerate(ashape)))
     scl = F.sum(F.mul(F.ones_like(a), weights), axis)
+    w = B.resolve(weights)
+    if not isinstance(w, Tracer) and np.any(np.sum(
+            np.broadcast_to(np.asarray(w), F._shape_of(a)), axis=axis) == 0):
+        raise ZeroDivisionError(f"Weights sum to zero, can't be normalized{_at(user_where())} "
+                                "(np.average, as NumPy)")
     return F.div(F.sum(F.mul(a, weights), axis), scl), scl
 
 

@@ -237,3 +237,13 @@ def test_interp_with_traced_knots_is_numpys_and_differentiates_the_knots(left, r
     loss = lambda xp, fp: np.sum(f(inner, xp, fp) ** 2)     # noqa: E731
     xp = np.array([0.0, 0.7, 1.5, 1.6, 3.0, 4.2, 6.0])
     assert adjit.gradcheck(loss, xp, VALUES, argnums=(0, 1)) < 1e-6
+
+
+def test_constant_weights_summing_to_zero_and_a_negative_diff_order_raise_as_numpy():
+    x = np.arange(6.0).reshape(2, 3)
+    with pytest.raises(ZeroDivisionError, match="test_sweep30.py"):
+        adjit.compile(lambda x: np.average(x, axis=1, weights=np.array([1., -1., 0.])))(x)
+    np.testing.assert_allclose(adjit.compile(lambda x: np.average(x, weights=x))(x),
+                               np.average(x, weights=x))
+    with pytest.raises(ValueError, match="non-negative"):
+        adjit.compile(lambda x: np.diff(x, n=-1))(x)
