@@ -115,6 +115,41 @@ def test_user_api_and_cuda_graph_step(env):
     assert "user API ok" in _run([sys.executable, "-c", USER], env)
 
 
+SWEEP30 = textwrap.dedent("""
+    import numpy as np, cupy, adjit
+    r = np.random.default_rng(0)
+    E = r.normal(size=(50, 4)).astype(np.float32)
+    ids = r.integers(-50, 50, 300)
+    u = r.normal(size=(64, 48)).astype(np.float32)
+    X = r.normal(size=(6, 5)).astype(np.float32)
+    cases = [
+        ("embed", lambda E, ids: np.sum(np.tanh(E[ids]) * np.arange(1.0, 5.0)), (E, ids)),
+        ("powers", lambda u: np.sum((u + 1.0) ** 3 + u ** -3), (u,)),
+        ("slices", lambda u: np.sum((u[:-2, 1:-1] + u[2:, 1:-1] - 2 * u[1:-1, 1:-1]) ** 2)
+         + np.sum(np.abs(u[1:] - u[:-1])), (u,)),
+        ("masked", lambda X: X[X > 0].mean() + np.var(X[X > 0.2], ddof=1), (X,)),
+        ("i0", lambda X: np.sum(np.i0(X)), (X,)),
+        ("knots", lambda X: np.sum(np.interp(np.linspace(-1, 1, 7), np.sort(X[0]), X[1])),
+         (X,)),
+    ]
+    for name, f, args in cases:
+        ref = adjit.value_and_grad(f, backend="numpy")(*args)
+        got = adjit.value_and_grad(f, backend="cupy")(*args)
+        assert isinstance(got[1], cupy.ndarray), name
+        np.testing.assert_allclose(float(cupy.asnumpy(got[0])), ref[0], rtol=1e-4, err_msg=name)
+        np.testing.assert_allclose(cupy.asnumpy(got[1]), ref[1], rtol=1e-3, atol=1e-4,
+                                   err_msg=name)
+    print("sweep 30 ok")
+""")
+
+
+def test_programs_of_the_eighteenth_session_on_the_gpu_backend(env):
+    """Gathers and their scatter-add, whole powers, overlapping slices, masked reductions,
+    i0's derivative rule and traced interp knots (new or changed on the CPU backends in
+    sweep 30): the same values and gradients through the CuPy backend."""
+    assert "sweep 30 ok" in _run([sys.executable, "-c", SWEEP30], env)
+
+
 def test_gpu_tests_pass(env):
     """The GPU tests gpu_check.py runs on a device, but the op table and fuzz cases (one
     device kernel set per case: minutes of host compiles here; the host tests in
