@@ -4,8 +4,8 @@ reference (ir/ops.py), where NumPy has no fast call for them.
 scatter_add, the VJP of a gather (an embedding lookup E[ids], x[rows, cols], take): the
 reference's np.add.at handles repeated positions one element at a time, 28.8 ms for 50,000 rows
 of 64 into a 10,000-row table where a loop adding whole rows takes 2.5 ms (JAX 2.2, PyTorch 5.0).
-Keys of leading index arrays followed by whole slices (the common case) take the loop; any other
-key, and dtypes the loop does not cover, take the reference.
+A key of one index array on the first axis followed by whole slices (the common case) takes
+the loop; any other key, dtype or layout takes the reference.
 
 place_add, the cotangent of overlapping slices of one array (x[1:] - x[:-1], a 5-point
 stencil): the reference adds each piece in its own pass over the result (9 passes, 1.6 ms of a
@@ -26,49 +26,38 @@ _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, 
 
 @numba.njit(cache=True, nogil=True)
 def _add_rows(z, rows, g):
-    """z[rows[i], :] += g[i, :] for each i in order (repeats add up), z and g 2-d C-ordered."""
+    """z[rows[i], :] += g[i, :] for each i in order (repeats add up; a negative row counts
+    from the end), z and g 2-d C-ordered, rows checked to lie in [-len(z), len(z))."""
+    n = z.shape[0]
     for i in range(rows.size):
         r = rows[i]
+        if r < 0:
+            r += n
         for j in range(g.shape[1]):
             z[r, j] += g[i, j]
 
 
-def _rows(key, idx, shape):
-    """The flat row of z each of g's rows adds to, and the row length, when the key is index
-    arrays on z's leading axes followed only by whole slices; else None."""
-    k = 0
-    while k < len(key) and key[k][0] == "a":
-        k += 1
-    if k == 0 or any(item[0] != "s" or item[1] != slice(None) for item in key[k:]):
-        return None
-    arrays = [np.asarray(idx[item[1]]) for item in key[:k]]
-    if any(a.dtype.kind not in "iu" for a in arrays):
-        return None
-    arrays = np.broadcast_arrays(*arrays)
-    for a, n in zip(arrays, shape):
-        # the gather is not always run (a gradient alone may not need its value): positions
-        # out of bounds take the reference, which raises NumPy's IndexError
-        if a.size and (a.min() < -n or a.max() >= n):
-            return None
-    # negative positions count from the end, as NumPy's do
-    arrays = [np.where(a < 0, a + n, a) if a.dtype.kind == "i" and a.size and a.min() < 0
-              else a for a, n in zip(arrays, shape)]
-    rows = np.ravel_multi_index(arrays, shape[:k]) if k > 1 else arrays[0]
-    return np.ascontiguousarray(rows, dtype=np.intp).reshape(-1), int(np.prod(shape[k:]))
-
-
 def scatter_add(g, *idx, key, shape, unique=False):
-    g = np.asarray(g)
-    if unique or g.dtype not in _FLOATS:
+    """The loop for z[ids] += g with one integer array ids on z's first axis followed only by
+    whole slices (E[ids], E[ids, :]), without new arrays beside the result (the schedule
+    counts none: a copy of the positions would be memory it does not see); any other key,
+    dtype or layout takes the reference."""
+    g, shape = np.asarray(g), tuple(shape)
+    ids = np.asarray(idx[0]) if len(idx) == 1 else None
+    if unique or g.dtype not in _FLOATS or ids is None or key[0] != ("a", 0) or \
+            any(item[0] != "s" or item[1] != slice(None) for item in key[1:]) or \
+            ids.dtype.kind not in "iu" or not ids.flags.c_contiguous or \
+            not g.flags.c_contiguous or not shape:
         return _reference(g, *idx, key=key, shape=shape, unique=unique)
-    found = _rows(key, idx, tuple(shape))
-    if found is None:
+    n = shape[0]
+    # the gather is not always run (a gradient alone may not need its value): positions out
+    # of bounds take the reference, which raises NumPy's IndexError
+    if ids.size and (ids.min() < -n or ids.max() >= n):
         return _reference(g, *idx, key=key, shape=shape, unique=unique)
-    rows, width = found
     z = np.zeros(shape, dtype=g.dtype)
-    if rows.size and width:
-        _add_rows(z.reshape(-1, width), rows,
-                  np.ascontiguousarray(g).reshape(rows.size, width))
+    width = int(np.prod(shape[1:]))
+    if ids.size and width:
+        _add_rows(z.reshape(n, width), ids.reshape(-1), g.reshape(ids.size, width))
     return z
 
 

@@ -234,12 +234,6 @@ def _distinct(x, idx, key):
 
 
 def _gather(x, *idx, key):
-    if len(idx) == 1 and key[0] == ("a", 0) and all(
-            k[0] == "s" and k[1] == slice(None) for k in key[1:]) and \
-            getattr(idx[0], "dtype", np.dtype(object)).kind in "iu" and np.ndim(x) >= 1:
-        # rows x[ids] (an embedding lookup): np.take, a quarter faster than fancy indexing
-        # for 50,000 rows of 64 (the same values and the same IndexError out of bounds)
-        return np.take(x, idx[0], axis=0)
     r = x[_build_key(key, idx)]
     # 0-d integer arrays index as Python ints do: NumPy answers with a view of x, which a
     # later out= would write through; a gather's result is always a new array
