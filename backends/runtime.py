@@ -13,6 +13,7 @@ import platform
 import re
 import sys
 import tracemalloc
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -306,34 +307,64 @@ def _tracing_generated(on_event):
 
 
 def _result_names(fn, args):
-    """Call fn once; -> names of the generated code's locals that it returns (not inputs, nor
-    results written into an input's buffer: a donated argument allocates nothing)."""
-    names = []
+    """Call fn once; -> for each line event of the generated code (counted from 0), the names
+    of its locals that hold a result there: the object fn returns (not an input, nor a result
+    written into an input's buffer: a donated argument allocates nothing), under whatever
+    name holds it. A gradient accumulated in place is a temporary (`_t152`) before its last
+    line names it, and it counts as a result from the line it is made, as the schedule's
+    estimate counts it. The bindings are followed by weak references (this pass is not
+    measured; a freed temporary's reference dies, so a later object at its address is not
+    mistaken for it)."""
+    bindings = []                     # (event, name, weakref of the array it names)
+    last = {}                         # name -> id of the array it was last seen naming
+    events = [0]
+    holders = {}
 
     def on_event(frame, event, arg):
+        if event in ("line", "return"):
+            k = events[0]
+            events[0] += 1
+            for name, v in frame.f_locals.items():
+                if isinstance(v, np.ndarray) and last.get(name) != id(v):
+                    last[name] = id(v)
+                    bindings.append((k, name, weakref.ref(v)))
         if event == "return" and isinstance(arg, tuple):
-            ids = {id(x) for x in arg}
             params = frame.f_code.co_varnames[:frame.f_code.co_argcount]
             local = frame.f_locals
             inputs = {id(local[p]) for p in params if p in local}
-            names[:] = [k for k, v in local.items()
-                        if id(v) in ids and k not in params and id(v) not in inputs]
+            results = {id(x) for x in arg if id(x) not in inputs}
+            # each name's bindings in order: a result-holding binding lasts until the next
+            spans = {}
+            for k, name, ref in bindings:
+                spans.setdefault(name, []).append((k, ref))
+            for name, seq in spans.items():
+                if name in params:
+                    continue
+                for (k, ref), nxt in zip(seq, seq[1:] + [(events[0], None)]):
+                    obj = ref()
+                    if obj is not None and id(obj) in results:
+                        for e in range(k, nxt[0]):
+                            holders.setdefault(e, set()).add(name)
         return on_event
     with _tracing_generated(on_event):
         fn(*args)
-    return names
+    return holders
 
 
-def _traced_call(fn, args, probe, names):
+def _traced_call(fn, args, probe, holders):
     """Run fn, and at each line of generated code take the peak since the previous line less
-    the bytes of the results bound by then; -> (result, largest such difference)."""
+    the bytes of the results held by then (`holders`, per line event); -> (result, largest
+    such difference)."""
     worst = 0
+    events = [0]
 
     def on_event(frame, event, arg):
         nonlocal worst
         if event in ("line", "return"):
             top = probe.peak()
             local = frame.f_locals
+            names = holders.get(events[0], ())
+            events[0] += 1
             done = sum(getattr(local[k], "nbytes", 0) for k in names if k in local)
             worst = max(worst, top - done)
             probe.reset()

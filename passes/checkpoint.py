@@ -565,13 +565,20 @@ def _dp(c: _Costs, budget: float):
     return sorted(chosen)
 
 
+# said with every budget advice: the budget bounds the estimate (Program.memory), and a run
+# allocates some small objects besides (sweep 31 measured 17-80 KiB more)
+_SLACK = ("The budget bounds the static estimate; a measured run (measure_peak_memory) "
+          "also holds small arrays and Python objects, up to about 64 KiB more: leave that "
+          "margin when the measured peak must stay under a limit.")
+
+
 def _no_fit(a, budget, low, why) -> str:
     res = sum(a.g.nbytes(o) for o in set(a.g.outputs))
     name = a.g.meta.get("fn_name", "the function")
     return (f"memory_budget={budget} bytes ({_size(budget)}) is too small for {name}: {why}. "
             f"The lowest static peak found is {low} bytes ({_size(low)}), of which "
             f"{_size(res)} are its results. Raise the budget to at least memory_budget={low}, "
-            "or shrink the batch or the model.")
+            "or shrink the batch or the model. " + _SLACK)
 
 
 def _plan_note(a, chosen, segments, budget, note=None) -> dict:

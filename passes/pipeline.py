@@ -75,14 +75,14 @@ def run_pipeline(g, backend, fuse=True, checkpoint=None, memory_budget=None, deb
         if found is None:
             raise
         low, peak = found
-        from .checkpoint import _size
+        from .checkpoint import _SLACK, _size
         name = g.meta.get("fn_name", "the function")
         raise BudgetError(
             f"memory_budget={memory_budget} bytes ({_size(memory_budget)}) is too small for "
             f"{name}: the lowest static peak found is {peak} bytes ({_size(peak)}), with "
             f"fusion, at memory_budget={low}. Raise the budget to at least "
             f"memory_budget={low}, or shrink the batch or the model (fuse=False keeps each "
-            "step's values apart and may fit lower)") from None
+            "step's values apart and may fit lower). " + _SLACK) from None
 
 
 def _fit(simple, memory_budget, cut_under, fusion, scheduled, debug):
