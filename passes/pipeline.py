@@ -149,7 +149,28 @@ def _fit(simple, memory_budget, cut_under, fusion, scheduled, debug):
                                                       memory_report(x).peak_bytes))
     if len(tries) < 2:
         return tries[0]
-    return tries[1] if peaks[1] < (1 - _BETTER) * peaks[0] else tries[0]
+    k = 1 if peaks[1] < (1 - _BETTER) * peaks[0] else 0
+    return _say_segments(tries[k], tries[1 - k], peaks[k], peaks[1 - k])
+
+
+def _say_segments(kept, other, peak, other_peak):
+    """kept, with a plan note when checkpoint=k was asked and it has fewer segments (the
+    fused-then-checkpointed order cuts between fused groups only; sweep 31: checkpoint=8 of
+    an ODE kept 2 segments, and the note said nothing)."""
+    plan = kept.meta.get("checkpoint_plan")
+    mode = plan.get("mode") if plan else None
+    if not plan or not isinstance(mode, int) or isinstance(mode, bool) or \
+            plan.get("segments", mode) >= mode or plan.get("note"):
+        return kept
+    seg_o = (other.meta.get("checkpoint_plan") or {}).get("segments")
+    plan = dict(plan)
+    plan["note"] = (f"checkpoint={mode} asked; {plan['segments']} segment"
+                    f"{'s' if plan['segments'] != 1 else ''} kept: fusion keeps its groups "
+                    f"whole, and this order's static peak ({peak} bytes) was not 5% above "
+                    f"the other's ({other_peak} bytes, {seg_o} segments); fuse=False cuts "
+                    f"exactly {mode}")
+    kept.meta["checkpoint_plan"] = plan
+    return kept
 
 
 def _lowest_fitting(fit, budget, found, tries=8):

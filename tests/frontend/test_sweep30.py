@@ -290,3 +290,17 @@ def test_working_memory_measured_follows_gradients_accumulated_in_place(argnums)
     assert working <= mem.peak_working_bytes * 1.01 + 16384
     if argnums == 0:
         assert working >= mem.peak_working_bytes * 0.99
+
+
+def test_a_checkpoint_count_the_fused_order_could_not_keep_is_said_in_the_plan():
+    from types import SimpleNamespace
+
+    from adjit.passes.pipeline import _say_segments
+    kept = SimpleNamespace(meta={"checkpoint_plan": {"candidates": 1, "segments": 2,
+                                                     "mode": 8, "budget": None, "note": None}})
+    other = SimpleNamespace(meta={"checkpoint_plan": {"segments": 8, "mode": 8}})
+    plan = _say_segments(kept, other, 100, 98).meta["checkpoint_plan"]
+    assert plan["note"].startswith("checkpoint=8 asked; 2 segments kept") and \
+        "fuse=False cuts exactly 8" in plan["note"]
+    kept.meta["checkpoint_plan"] = {"segments": 8, "mode": 8, "note": None}
+    assert _say_segments(kept, other, 100, 98).meta["checkpoint_plan"]["note"] is None
