@@ -1600,7 +1600,10 @@ def softmax(x, axis=-1):
     >>> adjit.softmax(np.array([0.0, 0.0]))
     array([0.5, 0.5])
     """
-    e = exp(sub(x, _shift(x, axis)))
+    # shifted by the max itself where it is +inf: the row is then NaN, as SciPy's and JAX's
+    # (a zero shift gave [nan, 0, 0] for [inf, 0, 1]); an all -inf row is 0 / 0 either way
+    m = max(x, axis=axis, keepdims=True)
+    e = exp(sub(x, stop_gradient(where(eq(m, -np.inf), zeros_like(m), m))))
     return div(e, sum(e, axis=axis, keepdims=True))
 
 

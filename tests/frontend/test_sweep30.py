@@ -304,3 +304,15 @@ def test_a_checkpoint_count_the_fused_order_could_not_keep_is_said_in_the_plan()
         "fuse=False cuts exactly 8" in plan["note"]
     kept.meta["checkpoint_plan"] = {"segments": 8, "mode": 8, "note": None}
     assert _say_segments(kept, other, 100, 98).meta["checkpoint_plan"]["note"] is None
+
+
+def test_softmax_of_a_row_holding_plus_inf_is_nan_as_scipys():
+    # sweep 29: [inf, 0, 1] gave [nan, 0, 0] (the infinite max was not subtracted)
+    x = np.array([[np.inf, 0.0, 1.0], [1.0, 2.0, 3.0], [-np.inf] * 3, [-np.inf, 0.0, 1.0]])
+    for backend in ("numpy", "numba"):
+        with np.errstate(all="ignore"):
+            got = adjit.compile(lambda x: adjit.softmax(x, axis=1), backend=backend)(x)
+        assert np.isnan(got[0]).all() and np.isnan(got[2]).all()
+        e = np.exp(x[1] - 3.0)
+        np.testing.assert_allclose(got[1], e / e.sum(), rtol=1e-15)
+        np.testing.assert_allclose(got[3], [0.0, 1 / (1 + np.e), np.e / (1 + np.e)], rtol=1e-15)
