@@ -275,24 +275,32 @@ def _pow2(k):
     return ((k + 1023) << 52).from_bits()
 
 
-def _exp_body(x):
-    n, r = _reduce(x)
-    ni = n.to_int()
-    h = ni >> 1          # 2^n in two factors: n may be 1024 (a finite result) or below -1022
-    y = (_expm1_poly(r) + 1.0) * _pow2(h) * _pow2(ni - h)
-    return _sel(x.isnan(), x, y)
+def _exp_forms(reduce, poly, pow2, top, bottom):
+    """(exp, expm1) bodies from a reduction x = n ln2 + r, a polynomial for e^r - 1 and 2^k
+    from bits, for float64 and float32 alike. expm1 is 2^n (e^r - 1) + (2^n - 1), 2^n - 1
+    exact for n in [bottom, top] (beyond: e^x itself above, -1 below)."""
+    def exp_body(x):
+        n, r = reduce(x)
+        ni = n.to_int()
+        h = ni >> 1      # 2^n in two factors: n may be just above the largest exponent
+        y = (poly(r) + 1.0) * pow2(h) * pow2(ni - h)     # (a finite result) or below it
+        return _sel(x.isnan(), x, y)
+
+    def expm1_body(x):
+        n, r = reduce(x)
+        em = poly(r)
+        ni = n.to_int()
+        h = ni >> 1
+        big = (em + 1.0) * pow2(h) * pow2(ni - h)
+        s = pow2(_sel(ni > top, top, _sel(ni < bottom, bottom, ni)))
+        y = _sel(ni > top, big, s * em + (s - 1.0))
+        y = _sel(ni < bottom, -1.0, y)
+        return _sel(x.equals(0.0) | x.isnan(), x, y)    # -0.0 stays -0.0
+    return exp_body, expm1_body
 
 
-def _expm1_body(x):
-    n, r = _reduce(x)
-    em = _expm1_poly(r)
-    ni = n.to_int()
-    h = ni >> 1
-    big = (em + 1.0) * _pow2(h) * _pow2(ni - h)
-    s = _pow2(_sel(ni > 60, 60, _sel(ni < -60, -60, ni)))
-    y = _sel(ni > 60, big, s * em + (s - 1.0))      # 2^n (e^r - 1) + (2^n - 1), both exact
-    y = _sel(ni < -60, -1.0, y)
-    return _sel(x.equals(0.0) | x.isnan(), x, y)    # -0.0 stays -0.0
+# float64: 2^n - 1 is exact up to n = 53, and e^x - 1 is e^x beyond 60; -1 below -60
+_exp_body, _expm1_body = _exp_forms(_reduce, _expm1_poly, _pow2, 60, -60)
 
 
 _LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
@@ -387,25 +395,8 @@ def _pow2_32(k):
     return ((k + 127) << 23).from_bits()
 
 
-def _exp32_body(x):
-    n, r = _reduce32(x)
-    ni = n.to_int()
-    h = ni >> 1          # 2^n in two factors: n may be 128 (a finite result) or below -126
-    y = (_expm1_poly32(r) + 1.0) * _pow2_32(h) * _pow2_32(ni - h)
-    return _sel(x.isnan(), x, y)
-
-
-def _expm132_body(x):
-    n, r = _reduce32(x)
-    em = _expm1_poly32(r)
-    ni = n.to_int()
-    h = ni >> 1
-    big = (em + 1.0) * _pow2_32(h) * _pow2_32(ni - h)
-    s = _pow2_32(_sel(ni > 24, 24, _sel(ni < -25, -25, ni)))
-    # 2^n (e^r - 1) + (2^n - 1), 2^n - 1 exact from n = -24 to 24 (at -25 half an ulp off)
-    y = _sel(ni > 24, big, s * em + (s - 1.0))
-    y = _sel(ni < -25, -1.0, y)
-    return _sel(x.equals(0.0) | x.isnan(), x, y)    # -0.0 stays -0.0
+# float32: 2^n - 1 exact from n = -24 to 24 (at -25 half an ulp off, still within 1.5 ulp)
+_exp32_body, _expm132_body = _exp_forms(_reduce32, _expm1_poly32, _pow2_32, 24, -25)
 
 
 def _log32_parts(u):
