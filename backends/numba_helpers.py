@@ -308,14 +308,23 @@ _LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e
        1.479819860511658591e-01)
 
 
-def _log_parts(u):
-    """u > 0 finite (subnormal too) -> (k, f): u = 2^k (1 + f), 1 + f in [sqrt2 / 2, sqrt2)."""
-    sub = u < 2.2250738585072014e-308
-    b = _sel(sub, u * 18014398509481984.0, u).bits()          # subnormals times 2^54
-    k = (b >> 52) - 1023 - _sel(sub, 54, 0, like=b)
-    m = ((b & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).from_bits()
-    big = m > 1.4142135623730951
-    return _sel(big, k + 1, k), _sel(big, m * 0.5, m) - 1.0   # m - 1 is exact
+def _parts_of(mant, bias, tiny):
+    """The split of a float type with `mant` significand bits and exponent `bias`: u > 0
+    finite (subnormal too) -> (k, f): u = 2^k (1 + f), 1 + f in [sqrt2 / 2, sqrt2)."""
+    shift = mant + 1                            # subnormals times 2^(mant + 1) first
+    low, one = (1 << mant) - 1, bias << mant
+
+    def parts(u):
+        sub = u < tiny
+        b = _sel(sub, u * float(2 ** shift), u).bits()
+        k = (b >> mant) - bias - _sel(sub, shift, 0, like=b)
+        m = ((b & low) | one).from_bits()
+        big = m > 1.4142135623730951
+        return _sel(big, k + 1, k), _sel(big, m * 0.5, m) - 1.0   # m - 1 is exact
+    return parts
+
+
+_log_parts = _parts_of(52, 1023, 2.2250738585072014e-308)
 
 
 def _log_core(f, k, c):
@@ -330,25 +339,33 @@ def _log_core(f, k, c):
     return dk * _LN2_HI - ((hfsq - (s * (hfsq + (t2 + t1)) + (dk * _LN2_LO + c))) - f)
 
 
-def _log_body(x):
-    ok = (x > 0.0) & (x < math.inf)
-    k, f = _log_parts(_sel(ok, x, 1.0))
-    # inf and NaN give themselves (this form of the special cases vectorises well: comparing
-    # x with inf as well made the loop twice as slow)
-    return _sel(ok, _log_core(f, k, 0.0),
-                _sel(x.equals(0.0), -math.inf, _sel(x < 0.0, math.nan, x)))
+def _log_forms(parts, core, digits):
+    """(log, log1p) bodies from a split u = 2^k (1 + f) and a kernel log(2^k (1 + f)) + c, for
+    float64 and float32 alike; `digits` is the significand's length (past 2^digits nothing
+    of 1 + x is lost)."""
+    def log_body(x):
+        ok = (x > 0.0) & (x < math.inf)
+        k, f = parts(_sel(ok, x, 1.0))
+        # inf and NaN give themselves (this form of the special cases vectorises well:
+        # comparing x with inf as well made the loop twice as slow)
+        return _sel(ok, core(f, k, 0.0),
+                    _sel(x.equals(0.0), -math.inf, _sel(x < 0.0, math.nan, x)))
+
+    def log1p_body(x):
+        ok = (x > -1.0) & (x < math.inf)
+        xs = _sel(ok, x, 0.0)
+        u = xs + 1.0
+        k, f = parts(u)
+        # what rounding 1 + x lost, relative to u (fdlibm's c; Sterbenz: u - xs is exact
+        # from u = 2 on, where it was taken from sqrt(2) on: 2 ulp off at x = 0.42)
+        c = _sel(u >= 2.0, 1.0 - (u - xs), xs - (u - 1.0)) / u
+        y = _sel(ok, core(f, k, _sel(k > digits, 0.0, c)),
+                 _sel(x.equals(-1.0), -math.inf, _sel(x < -1.0, math.nan, x)))
+        return _sel(x.equals(0.0), x, y)        # -0.0 stays -0.0
+    return log_body, log1p_body
 
 
-def _log1p_body(x):
-    ok = (x > -1.0) & (x < math.inf)
-    xs = _sel(ok, x, 0.0)
-    u = xs + 1.0
-    k, f = _log_parts(u)
-    # what rounding 1 + x lost, relative to u (fdlibm's c); nothing left from 2^54 up
-    c = _sel(u >= 2.0, 1.0 - (u - xs), xs - (u - 1.0)) / u     # Sterbenz: u - xs exact
-    y = _sel(ok, _log_core(f, k, _sel(k > 53, 0.0, c)),
-             _sel(x.equals(-1.0), -math.inf, _sel(x < -1.0, math.nan, x)))
-    return _sel(x.equals(0.0), x, y)        # -0.0 stays -0.0
+_log_body, _log1p_body = _log_forms(_log_parts, _log_core, 53)
 
 
 _TP = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
@@ -399,14 +416,7 @@ def _pow2_32(k):
 _exp32_body, _expm132_body = _exp_forms(_reduce32, _expm1_poly32, _pow2_32, 24, -25)
 
 
-def _log32_parts(u):
-    """u > 0 finite (subnormal too) -> (k, f): u = 2^k (1 + f), 1 + f in [sqrt2 / 2, sqrt2)."""
-    sub = u < 1.1754943508222875e-38
-    b = _sel(sub, u * 16777216.0, u).bits()                   # subnormals times 2^24
-    k = (b >> 23) - 127 - _sel(sub, 24, 0, like=b)
-    m = ((b & 0x007FFFFF) | 0x3F800000).from_bits()
-    big = m > 1.4142135623730951
-    return _sel(big, k + 1, k), _sel(big, m * 0.5, m) - 1.0   # m - 1 is exact
+_log32_parts = _parts_of(23, 127, 1.1754943508222875e-38)
 
 
 def _log32_core(f, k, c):
@@ -420,22 +430,7 @@ def _log32_core(f, k, c):
     return f + y + dk * _LN2_HI32
 
 
-def _log32_body(x):
-    ok = (x > 0.0) & (x < math.inf)
-    k, f = _log32_parts(_sel(ok, x, 1.0))
-    return _sel(ok, _log32_core(f, k, 0.0),
-                _sel(x.equals(0.0), -math.inf, _sel(x < 0.0, math.nan, x)))
-
-
-def _log1p32_body(x):
-    ok = (x > -1.0) & (x < math.inf)
-    xs = _sel(ok, x, 0.0)
-    u = xs + 1.0
-    k, f = _log32_parts(u)
-    c = _sel(u >= 2.0, 1.0 - (u - xs), xs - (u - 1.0)) / u   # what rounding 1 + x lost
-    y = _sel(ok, _log32_core(f, k, _sel(k > 24, 0.0, c)),
-             _sel(x.equals(-1.0), -math.inf, _sel(x < -1.0, math.nan, x)))
-    return _sel(x.equals(0.0), x, y)        # -0.0 stays -0.0
+_log32_body, _log1p32_body = _log_forms(_log32_parts, _log32_core, 24)
 
 
 def _helper(body, body32=None):
