@@ -105,11 +105,13 @@ def place_add(*pieces, indices, shape):
             index = (slice(None),) + (index if isinstance(index, tuple) else (index,))
         box = _box(index, shape2)
         p = np.asarray(p)
+        # a strided piece (a column of complex parts) takes the reference: a contiguous copy
+        # would be memory the schedule does not count
         if box is None or p.shape != tuple(box[1::2])[-p.ndim:] or \
-                p.size != box[1] * box[3]:
+                p.size != box[1] * box[3] or not p.flags.c_contiguous:
             return _place_reference(*pieces, indices=indices, shape=shape)
         boxes.append(box)
-        arrays.append(np.ascontiguousarray(p).reshape(box[1], box[3]))
+        arrays.append(p.reshape(box[1], box[3]))
     z = np.zeros(shape2, dt)
     _place_rows(z, tuple(arrays), np.array(boxes, dtype=np.intp))
     return z.reshape(shape)

@@ -245,6 +245,8 @@ def _trace(fn, args, static_argnums, differentiated):
                 if _fortran(leaf):
                     ctx.graph[t.id]["attrs"]["fortran"] = True   # ravel('A') would read it so
                 t.arg_strides = _arg_strides(leaf)
+                if t.arg_strides is not None:     # a backend that copies strided values
+                    ctx.graph[t.id]["attrs"]["strides"] = t.arg_strides   # counts the copy
                 tracers.append(t)
             in_trees.append(treedef)
             call_args.append(pytree.unflatten(treedef, tracers))
