@@ -115,8 +115,11 @@ class Selection:
                 self._refuse(f"x[mask].{name} with keepdims along the later axes")
             extra = {k: v for k, v in (("dtype", dtype), ("ddof", ddof)) if k in params}
             if name == "count_nonzero":
-                return Selection(self.mask, np.sum(self.full != 0, axis=axes))
-            return Selection(self.mask, getattr(np, name)(self.full, axis=axes, **extra))
+                r = Selection(self.mask, np.sum(self.full != 0, axis=axes))
+            else:
+                r = Selection(self.mask, getattr(np, name)(self.full, axis=axes, **extra))
+            r.partial = f"np.{name}(x[mask], axis={axis!r})"
+            return r
         dt = self.full.dtype
         if name in ("sum", "prod"):
             r = getattr(np, name)(self._filled(0 if name == "sum" else 1), axis=axes,
@@ -193,7 +196,15 @@ class Selection:
         self._refuse(f"np.{name} of x[mask]")
 
     def __getattr__(self, name):
+        if name == "partial":
+            raise AttributeError(name)
         if name.startswith("__"):           # NumPy or a library converting it: returned,
+            if getattr(self, "partial", None):
+                self._refuse(f"{self.partial}, reduced along the later axes only, keeps one "
+                             "value per selected position (a length that depends on the "
+                             "data), and it was used as an array (returned or passed on); "
+                             "reduce over the selected positions too (axis 0), or write it "
+                             "back with x[mask] = ...", self.made_at)
             self._refuse("x[mask] used as an array (returned, or passed to a function "
                          "other than a reduction)", self.made_at)
         if name in _REDUCTIONS and name != "count_nonzero":

@@ -528,8 +528,14 @@ def _interp_traced_knots(x, xp, fp, left, right, where):
         slope = F.div(F.sub(fj1, fj), F.where(flat, F.ones_like(width), width))
         slope = F.where(flat, F.zeros_like(slope), slope)
         res = F.add(F.mul(slope, F.sub(x, xj)), fj)
+        # an infinite knot makes x - xp_j infinite: NumPy tries the other end of the piece
+        res = F.where(C.isnan(res), F.add(F.mul(slope, F.sub(x, xj1)), fj1), res)
         # at the last knot NumPy gives fp[-1] itself (its derivative in x the last slope)
         res = F.where(F.eq(x, last_x), F.add(F.mul(slope, F.sub(x, last_x)), last), res)
+        # at an infinite knot itself, its value (x - xp is inf - inf there)
+        inf_x = C.isinf(x)
+        res = F.where(C.logical_and(inf_x, F.eq(x, xj)), fj,
+                      F.where(C.logical_and(inf_x, F.eq(x, last_x)), last, res))
         res = F.where(C.isnan(x), x, res)
     lo = F.getitem(fp, 0) if left is None else left
     hi = last if right is None else right

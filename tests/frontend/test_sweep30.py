@@ -336,3 +336,22 @@ def test_numba_kernels_copies_of_strided_arguments_are_in_the_estimate(f, arg):
     estimate = f.lower(arg).memory.peak_bytes
     measured = adjit.measure_peak_memory(f, arg)
     assert estimate * 0.99 - 65536 <= measured <= estimate * 1.01 + 65536
+
+
+def test_interp_with_traced_infinite_knots_is_numpys():
+    xp, fp = np.array([-np.inf, 0, np.inf]), np.array([2.0, 3.0, 4.0])
+    x = np.array([-1e300, -1.0, 0.5, 1e300, np.inf, -np.inf, 0.0])
+    with np.errstate(all="ignore"):
+        ref = np.interp(x, xp, fp)
+        for backend in ("numpy", "numba"):
+            np.testing.assert_array_equal(
+                adjit.compile(lambda x, xp, fp: np.interp(x, xp, fp), backend=backend)(
+                    x, xp, fp), ref)
+
+
+def test_a_selection_reduced_along_later_axes_only_says_so_when_returned():
+    X = np.arange(12.0).reshape(4, 3)
+    with pytest.raises(adjit.UnsupportedError, match=r"np\.sum\(x\[mask\], axis=1\), reduced "
+                                                     r"along the later axes only"):
+        adjit.compile(lambda X: np.sum(X[X[:, 0] > 2], axis=1))(X)
+    assert adjit.compile(lambda X: np.sum(np.sum(X[X[:, 0] > 2], axis=1)))(X) == 63.0
