@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import math
 import os
@@ -2535,10 +2536,29 @@ def _made(wrap, orig):
     return w
 
 
+# SciPy's submodules that adjit follows and SciPy loads on first attribute access: loaded
+# before the patches are made when SciPy is imported (`import scipy`, then scipy.stats.norm
+# inside the traced function was refused on the first call: the submodule came in after the
+# patching, and its import code called the patched np.random, 45 warnings; sweep 32)
+_LAZY_SCIPY = ("scipy.special", "scipy.stats", "scipy.fft", "scipy.linalg")
+
+
+def _load_lazy_scipy():
+    if "scipy" not in sys.modules:
+        return
+    for name in _LAZY_SCIPY:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:     # a partial SciPy install: that submodule stays refused
+                pass
+
+
 def constructors_accept_tracers():
     """Wrap np.array & co. until the returned function is called (nests; thread-safe)."""
     with _patch_lock:
         if _patch_depth[0] == 0:
+            _load_lazy_scipy()
             for name in _CONSTRUCTORS:
                 _originals[name] = getattr(np, name)
                 setattr(np, name, _made(_accepting, _originals[name]))

@@ -355,3 +355,21 @@ def test_a_selection_reduced_along_later_axes_only_says_so_when_returned():
                                                      r"along the later axes only"):
         adjit.compile(lambda X: np.sum(X[X[:, 0] > 2], axis=1))(X)
     assert adjit.compile(lambda X: np.sum(np.sum(X[X[:, 0] > 2], axis=1)))(X) == 63.0
+
+
+def test_scipy_submodules_loaded_lazily_are_followed_on_the_first_call():
+    # sweep 32: with `import scipy` only, scipy.stats.norm.logpdf inside the function was
+    # refused on the first call (SciPy loads scipy.stats on first access, after the patching)
+    pytest.importorskip("scipy")
+    import subprocess
+    import sys
+    code = ("import numpy as np, adjit, scipy, warnings\n"
+            "warnings.simplefilter('error')\n"
+            "f = lambda x: np.sum(scipy.stats.norm.logpdf(x, 0.5, 2.0)) + "
+            "np.sum(np.abs(scipy.fft.fft(x)))\n"
+            "x = np.linspace(-1, 1, 8)\n"
+            "assert abs(adjit.compile(f)(x) - f(x)) < 1e-12\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
