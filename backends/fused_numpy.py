@@ -150,8 +150,10 @@ def numpy_group_plan(cg, run):
         else:
             own = tuple(np.broadcast_shapes(*[vshape[r] for r in ins.args]))
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
-            reuse = [r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
-                     and full[r] and types[r][1] == types[r_j][1]]
+            # a whole power reads x again after its first product: never x's own buffer
+            reuse = [] if ins.op == "pow" else [
+                r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
+                and full[r] and types[r][1] == types[r_j][1]]
             into = cg.in_place.get(target.get(r_j))
             rhs, is_full, new = _call(cg, ins, [val[r] for r in ins.args], shape,
                                       types[r_j][1], own == tuple(shape),
@@ -245,12 +247,14 @@ def in_place_ok(g, n, x) -> bool:
             or x not in d["args"]:
         return False
     if d["op"] != "fused":
+        # (a whole power, ir/ops._power, reads x again after writing its first product)
         return OPS[d["op"]].kind == "elementwise" and not d["attrs"] and \
-            ufunc_name(d["op"]) is not None
+            ufunc_name(d["op"]) is not None and d["op"] != "pow"
     a = d["attrs"]
     ref, red = a["outputs"][a["output"]]
     n_in = len(d["args"])
-    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None:
+    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None or \
+            a["expr"][ref - n_in].op == "pow":
         return False
     alias = {p for p, y in enumerate(d["args"]) if y == x}
     for j, ins in enumerate(a["expr"]):

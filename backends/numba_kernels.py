@@ -348,16 +348,15 @@ def whole_exponent(a, n_in, ins):
 
 
 def _power(x, e):
-    """x ** e for a whole e as products (square and multiply), as jax.lax.integer_pow."""
-    parts, sq, k = [], x, abs(e)
-    while k:
-        if k & 1:
-            parts.append(sq)
-        k >>= 1
-        if k:
-            sq = f"({sq} * {sq})"
-    prod = " * ".join(parts)
-    return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
+    """x ** e for a whole e as products, left to right over the exponent's bits (square, and
+    multiply by x where a bit is set: x^7 = ((x^2 x)^2) x; LLVM computes each repeated
+    subexpression once), as ir/ops._power computes it on the NumPy backend."""
+    r = x
+    for bit in bin(abs(e))[3:]:
+        r = f"({r} * {r})"
+        if bit == "1":
+            r = f"({r} * {x})"
+    return r if e > 0 else f"(1.0 / {r})"
 
 
 def _unwrap(expr):

@@ -521,33 +521,24 @@ def whole_power(e):
 
 
 def _power(x, e, out=None):
-    """np.power(x, e, out=out); a float array to a whole power from 3 to 8 by products, in the
-    numba kernels' order (backends/numba_kernels._power: the same bits on both backends)."""
+    """np.power(x, e, out=out); a float array to a whole power from 3 to 8 by products, in one
+    buffer (the result's: no temporary the schedule does not count), left to right over the
+    exponent's bits (x^7 = ((x^2 x)^2) x), as the numba kernels write it
+    (backends/numba_kernels._power): the same bits on both backends."""
     k = whole_power(e)
     # float16 keeps NumPy's power (computed in float32): products in float16 round each step
     if k is None or not isinstance(x, np.ndarray) or x.dtype.kind not in "fc" or \
             x.dtype == np.float16 or np.result_type(x, e) != x.dtype:
         return np.power(x, e, out=out)
-    parts, sq, n = [], x, abs(k)
-    while n:                # x^k = x^(2^i) * x^(2^j) * ..., the squares computed first
-        if n & 1:
-            parts.append(sq)
-        n >>= 1
-        if n:
-            sq = sq * sq
-    r = parts[0]
-    for i, p in enumerate(parts[1:], 2):
-        last = i == len(parts) and k > 0 and out is not None
-        # into the running product when it is a temporary (x^1 is the caller's array)
-        r = np.multiply(r, p, out=out if last else None if r is x else r)
-    if k < 0:
-        return np.divide(1.0, r, out=out if out is not None else None if r is x else r)
-    if r is out:
-        return out
-    if out is None:
-        return r
-    np.copyto(out, r)
-    return out
+    bits = bin(abs(k))[3:]                 # after the leading 1
+    if out is not None and "1" in bits and np.shares_memory(out, x):
+        x = x.copy()        # x is read again after out is written (the schedule avoids this)
+    r = None
+    for bit in bits:
+        r = np.multiply(x, x, out=out) if r is None else np.multiply(r, r, out=r)
+        if bit == "1":
+            np.multiply(r, x, out=r)
+    return np.divide(1.0, r, out=r) if k < 0 else r
 
 
 def _whole_literal(src):
