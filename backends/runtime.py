@@ -333,6 +333,9 @@ def _result_names(fn, args):
             local = frame.f_locals
             inputs = {id(local[p]) for p in params if p in local}
             results = {id(x) for x in arg if id(x) not in inputs}
+            # a result returned as a view of a local (g.T): that local's buffer is the result
+            results |= {id(x.base) for x in arg if isinstance(x, np.ndarray) and
+                        x.base is not None and id(x) not in inputs and id(x.base) not in inputs}
             # each name's bindings in order: a result-holding binding lasts until the next
             spans = {}
             for k, name, ref in bindings:

@@ -533,6 +533,11 @@ def _power(x, e, out=None):
     bits = bin(abs(k))[3:]                 # after the leading 1
     if out is not None and "1" in bits and np.shares_memory(out, x):
         x = x.copy()        # x is read again after out is written (the schedule avoids this)
+    if x.ndim == 0 and out is None:     # a 0-d value: NumPy scalars, no buffer to reuse
+        r = x
+        for bit in bits:
+            r = r * r * x if bit == "1" else r * r
+        return 1.0 / r if k < 0 else r
     r = None
     for bit in bits:
         r = np.multiply(x, x, out=out) if r is None else np.multiply(r, r, out=r)

@@ -127,9 +127,9 @@ def measure_depth(depth, width, batch, backend="numpy", budget="half", repeat=3,
     except BudgetError as e:     # said in the command's unit; the other rows still stand
         low = re.search(r"at least memory_budget=(\d+)", str(e)) or \
             re.search(r"lowest static peak[a-z ]*?(\d+) bytes", str(e))
-        # the advice leaves 64 KiB for what a measured run holds besides the estimate
+        # the advice leaves 256 KiB for what a measured run holds besides the estimate
         need = (f": no schedule goes below {int(low.group(1)) / MiB:.2f} MiB, give --budget "
-                f"{math.ceil((int(low.group(1)) + 65536) / MiB * 100) / 100:.2f} or more"
+                f"{math.ceil((int(low.group(1)) + 262144) / MiB * 100) / 100:.2f} or more"
                 if low else "")
         note = f"depth {depth}: --budget {limit / MiB:.2f} MiB is too small{need}"
     grads = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in params.values())

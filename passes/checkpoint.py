@@ -566,10 +566,12 @@ def _dp(c: _Costs, budget: float):
 
 
 # said with every budget advice: the budget bounds the estimate (Program.memory), and a run
-# allocates some small objects besides (sweep 31 measured 17-80 KiB more)
+# allocates some small objects besides (sweep 31 measured 17-80 KiB more; sweep 33 found
+# NumPy's ufunc buffers for two strided 2-d operands, 130-200 KiB whatever their size)
 _SLACK = ("The budget bounds the static estimate; a measured run (measure_peak_memory) "
-          "also holds small arrays and Python objects, up to about 64 KiB more: leave that "
-          "margin when the measured peak must stay under a limit.")
+          "also holds small arrays, Python objects and NumPy's iteration buffers for strided "
+          "operands, up to about 256 KiB more: leave that margin when the measured peak must "
+          "stay under a limit.")
 
 
 def _no_fit(a, budget, low, why) -> str:
