@@ -210,6 +210,9 @@ def measure_peak_memory(fn, *args, exclude_results=False) -> int:
         if not hasattr(fn, "lower"):
             raise TypeError("measure_peak_memory(exclude_results=True) needs a function "
                             "compiled by adjit (its results are named in the generated code)")
+        # compiled first: the first call also runs generated code of its own (the events
+        # of the two passes below must be the same lines)
+        fn(*pytree.copy_arrays(args))
         names = _result_names(fn, pytree.copy_arrays(args))
     elif hasattr(fn, "lower"):
         fn(*pytree.copy_arrays(args))   # compiles; on copies: a donated step updates them
