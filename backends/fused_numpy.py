@@ -16,16 +16,21 @@ from .codegen import comment, literal
 
 
 def ufunc_name(op, args=None):
-    """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), or the source
-    of the ufunc-like callable a reference names for these argument sources (ir/ops._power:
-    `_rt_ops['pow']` for a whole power, else np.power), else None."""
+    """`np.<name>` when OPS[op].numpy is that NumPy ufunc (it then accepts out=), or the
+    source of the ufunc-like callable a reference names for the argument sources `args`
+    (ir/ops._power: `_rt_ops['pow']` for a whole power, else np.power), else None. Without
+    args, such a reference is not a ufunc: it reads its operands after writing out, so no
+    operand's buffer is given to it (in_place_ok, `_writes_first`)."""
     fn = OPS[op].numpy
     if isinstance(fn, np.ufunc) and getattr(np, fn.__name__, None) is fn:
         return f"np.{fn.__name__}"
     source = getattr(fn, "ufunc_source", None)
-    if source is not None:
-        return source(args) if args is not None else "np.power"
-    return None
+    return source(args) if source is not None and args is not None else None
+
+
+def _writes_first(op) -> bool:
+    """Does op's NumPy reference write out= before it has read all its operands?"""
+    return getattr(OPS[op].numpy, "ufunc_source", None) is not None
 
 
 def needed(a, n_in, which):
@@ -150,8 +155,8 @@ def numpy_group_plan(cg, run):
         else:
             own = tuple(np.broadcast_shapes(*[vshape[r] for r in ins.args]))
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
-            # a whole power reads x again after its first product: never x's own buffer
-            reuse = [] if ins.op == "pow" else [
+            # (a whole power reads x again after its first product: never x's own buffer)
+            reuse = [] if _writes_first(ins.op) else [
                 r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
                 and full[r] and types[r][1] == types[r_j][1]]
             into = cg.in_place.get(target.get(r_j))
@@ -247,14 +252,12 @@ def in_place_ok(g, n, x) -> bool:
             or x not in d["args"]:
         return False
     if d["op"] != "fused":
-        # (a whole power, ir/ops._power, reads x again after writing its first product)
         return OPS[d["op"]].kind == "elementwise" and not d["attrs"] and \
-            ufunc_name(d["op"]) is not None and d["op"] != "pow"
+            ufunc_name(d["op"]) is not None
     a = d["attrs"]
     ref, red = a["outputs"][a["output"]]
     n_in = len(d["args"])
-    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None or \
-            a["expr"][ref - n_in].op == "pow":
+    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None:
         return False
     alias = {p for p, y in enumerate(d["args"]) if y == x}
     for j, ins in enumerate(a["expr"]):

@@ -25,7 +25,6 @@ import numpy as np
 from ..ir.errors import AdjitError
 from ..ir.fused import Instr, value_types
 from ..ir.ops import OPS
-from ..passes.schedule import kind as kind_of
 from .codegen import comment, load_module, node_comment
 from .fused_numpy import numpy_group
 from .fused_numpy import in_place_ok  # noqa: F401 - the schedule's rule (see build)
@@ -77,14 +76,12 @@ def _layout_probe(g, n, memo):
     shape, op = tuple(int(k) for k in d["shape"]), d["op"]
     probe = None                         # None: a new array (C order)
     if op == "input" and d["attrs"].get("strides") is not None:
-        probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape,
-                                                tuple(d["attrs"]["strides"]))
-    elif op in ("slice", "transpose", "reshape") and kind_of(op) == "view":
+        probe = _probe(shape, d["attrs"]["strides"])
+    elif op in ("slice", "transpose", "reshape"):
         src = _layout_probe(g, d["args"][0], memo)
         if src is None:
-            src = np.lib.stride_tricks.as_strided(
-                np.zeros(1, np.int8), tuple(int(k) for k in g[d["args"][0]]["shape"]),
-                _c_strides(g[d["args"][0]]["shape"]))
+            src_shape = tuple(int(k) for k in g[d["args"][0]]["shape"])
+            src = _probe(src_shape, _c_strides(src_shape))
         if op == "slice":
             probe = src[d["attrs"]["index"]]
         elif op == "transpose":
@@ -96,9 +93,14 @@ def _layout_probe(g, n, memo):
     return probe
 
 
+def _probe(shape, strides):
+    """An int8 array of `shape` and element `strides` over one byte (its flags, never read)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, tuple(strides))
+
+
 def _c_strides(shape):
     out, acc = [], 1
-    for k in reversed([int(k) for k in shape]):
+    for k in reversed(shape):
         out.append(acc)
         acc *= max(k, 1)
     return tuple(reversed(out))

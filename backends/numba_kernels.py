@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.fused import value_types
-from ..ir.ops import OPS
+from ..ir.ops import OPS, whole_power
 from .codegen import comment
 from .fused_numpy import needed
 
@@ -291,8 +291,10 @@ class _Source:
                       for k, v in ins.attrs.items()}
             expr = spelling.format(*[val[q] for q in ins.args], **fields)
             e = whole_exponent(self.a, self.n_in, ins) if dt.kind == "f" else None
-            if e is not None and abs(e) >= 3:   # x ** 3: products (x ** 2 and x ** -1 LLVM
-                expr = _power(val[ins.args[0]], e)    # rewrites itself; others call pow())
+            # x ** 3: products, as ir/ops.whole_power says (x ** 2 and x ** -1 LLVM rewrites
+            # itself; others call pow())
+            if e is not None and whole_power(e) is not None:
+                expr = _power(val[ins.args[0]], e)
             if OPS[ins.op].fusion == "broadcast":
                 val[r] = expr
                 continue

@@ -212,10 +212,9 @@ class Codegen:
         g = self.g
         if n in self.in_place:
             from .fused_numpy import into_code, ufunc_name
-            arg_list = [self.arg(a) for a in g.args(n)]
+            args = ", ".join(self.arg(a) for a in g.args(n))
             into = into_code(self, self.in_place[n]).format("None")
-            uf = ufunc_name(g[n]["op"], arg_list)
-            return [node_comment(g, n), f"{self.names[n]} = {uf}({', '.join(arg_list)}, "
+            return [node_comment(g, n), f"{self.names[n]} = {ufunc_name(g[n]['op'])}({args}, "
                     f"out={into})"]
         if n in self.stacks:
             dt = np.dtype(g[n]["dtype"])
@@ -259,6 +258,8 @@ def op_expression(op, attrs, args, attrs_tab):
             return f"_rt_ops[{op!r}]({', '.join(args)})"
         attrs_tab.append(dict(attrs))
         return f"_rt_ops[{op!r}]({', '.join(args)}, **_rt_attrs[{len(attrs_tab) - 1}])"
+    if opdef.kind == "elementwise" and len(args) > 1:
+        args = [a if _simple(a) else f"({a})" for a in args]
     if callable(opdef.code):
         return opdef.code(args, attrs)
     fields = {}
@@ -267,8 +268,6 @@ def op_expression(op, attrs, args, attrs_tab):
             fields["index_code"] = index_code(v)
         else:
             fields[k] = fmt_attr(v)
-    if opdef.kind == "elementwise" and len(args) > 1:
-        args = [a if _simple(a) else f"({a})" for a in args]
     return opdef.code.format(*args, **fields)
 
 

@@ -1133,7 +1133,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         if initial is None:
             return r
         # NumPy casts initial to the reduction's dtype (np.add.reduce(ints, initial=0.5))
-        return array_ufunc(ufunc, "__call__", (r, C.join_initial(r, initial, lambda r, i: i)), {})
+        return C.join_initial(r, initial,
+                              lambda a, b: array_ufunc(ufunc, "__call__", (a, b), {}))
     if where is not True and method != "__call__":
         _unsupported(f"{ufunc.__name__}.{method} with where=")
     if where is not True:

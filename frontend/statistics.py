@@ -415,8 +415,8 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
            mean=None, correction=None):
     """sqrt(np.nanvar(...)), as np.nanstd (derivative 0 at a constant slice, as np.std's)."""
-    return F.sqrt_of_variance(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
-                         correction=correction))
+    return F.sqrt_of_variance(nanvar(a, axis, dtype, out, ddof, keepdims, where=where,
+                                     mean=mean, correction=correction))
 
 
 def nanargmax(a, axis=None, out=None, *, keepdims=False, _neg=False):

@@ -556,23 +556,19 @@ def _whole_literal(src):
         return False
 
 
-# fused NumPy code calls a ufunc with out=: np.power, or this reference for whole powers
+# fused NumPy code calls a ufunc with out=: np.power, or this ufunc-like reference for whole
+# powers (given the argument sources). It reads x again after writing out, so it is never
+# computed into an operand's buffer (backends/fused_numpy.ufunc_name, in_place_ok)
 _power.ufunc_source = lambda args: "_rt_ops['pow']" if _whole_literal(args[1]) else "np.power"
 
 
 def _pow_code(args, attrs):
     """`x ** y`; `_rt_ops['pow'](x, 3.0)` for a whole exponent from 3 to 8 written as a
-    literal (np.float64(3.0)), which the reference computes by products."""
+    literal (np.float64(3.0)), which the reference computes by products (args come
+    parenthesized where they need it: numpy_backend.op_expression)."""
     if _whole_literal(args[1]):
         return f"_rt_ops['pow']({args[0]}, {args[1]})"
-    return " ** ".join(a if _plain(a) else f"({a})" for a in args)
-
-
-def _plain(a):
-    """A name, a number or a literal call (np.float32(0.5)), which needs no parentheses."""
-    if a.startswith("np.") and a.endswith(")") and " " not in a:
-        return True
-    return a.replace("_", "").replace(".", "").replace("[", "").replace("]", "").isalnum()
+    return f"{args[0]} ** {args[1]}"
 
 
 binary("add", np.add, lambda g, out, x, y: [g, g], lambda t, out, x, y: _sum_t(t),
