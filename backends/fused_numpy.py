@@ -20,7 +20,7 @@ def ufunc_name(op, args=None):
     source of the ufunc-like callable a reference names for the argument sources `args`
     (ir/ops._power: `_rt_ops['pow']` for a whole power, else np.power), else None. Without
     args, such a reference is not a ufunc: it reads its operands after writing out, so no
-    operand's buffer is given to it (in_place_ok, `_writes_first`)."""
+    operand's buffer is given to it (in_place_ok, `_own_buffer`)."""
     fn = OPS[op].numpy
     if isinstance(fn, np.ufunc) and getattr(np, fn.__name__, None) is fn:
         return f"np.{fn.__name__}"
@@ -28,9 +28,11 @@ def ufunc_name(op, args=None):
     return source(args) if source is not None and args is not None else None
 
 
-def _writes_first(op) -> bool:
-    """Does op's NumPy reference write out= before it has read all its operands?"""
-    return getattr(OPS[op].numpy, "ufunc_source", None) is not None
+def _own_buffer(op) -> bool:
+    """Must op's NumPy call write a buffer none of its operands holds? Yes for a reference
+    that writes out= before it has read all its operands (a whole power), and for an op
+    whose ufunc is slow in place (OPS[op].in_place, np.sign)."""
+    return getattr(OPS[op].numpy, "ufunc_source", None) is not None or not OPS[op].in_place
 
 
 def needed(a, n_in, which):
@@ -156,7 +158,7 @@ def numpy_group_plan(cg, run):
             own = tuple(np.broadcast_shapes(*[vshape[r] for r in ins.args]))
             name = cg.names[target[r_j]] if r_j in target else f"_t{j}"
             # (a whole power reads x again after its first product: never x's own buffer)
-            reuse = [] if _writes_first(ins.op) else [
+            reuse = [] if _own_buffer(ins.op) else [
                 r for r in ins.args if (r in temps or r in spare) and ends.get(r) == j
                 and full[r] and types[r][1] == types[r_j][1]]
             into = cg.in_place.get(target.get(r_j))
@@ -253,11 +255,12 @@ def in_place_ok(g, n, x) -> bool:
         return False
     if d["op"] != "fused":
         return OPS[d["op"]].kind == "elementwise" and not d["attrs"] and \
-            ufunc_name(d["op"]) is not None
+            ufunc_name(d["op"]) is not None and not _own_buffer(d["op"])
     a = d["attrs"]
     ref, red = a["outputs"][a["output"]]
     n_in = len(d["args"])
-    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None:
+    if red is not None or ref < n_in or ufunc_name(a["expr"][ref - n_in].op) is None or \
+            _own_buffer(a["expr"][ref - n_in].op):
         return False
     alias = {p for p, y in enumerate(d["args"]) if y == x}
     for j, ins in enumerate(a["expr"]):

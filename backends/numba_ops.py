@@ -8,9 +8,9 @@ A key of one index array on the first axis followed by whole slices (the common 
 the loop; any other key, dtype or layout takes the reference.
 
 place_add, the cotangent of overlapping slices of one array (x[1:] - x[:-1], a 5-point
-stencil): the reference adds each piece in its own pass over the result (9 passes, 1.6 ms of a
-512x512 stencil gradient's 3.3); the loop adds every piece to one row of the result while the
-row is in cache (2.7 ms for the whole gradient), in the same order, so the bits are the same.
+stencil): the reference adds each piece in its own pass over the result (9 passes, 2.0 ms of a
+512x512 stencil gradient's 8.1, one thread); the loop adds every piece to one row of the result
+while the row is in cache (0.9 ms), in the same order, so the bits are the same.
 1-d and 2-d results with unit-step slices take it; others the reference.
 """
 from __future__ import annotations
@@ -66,15 +66,19 @@ def scatter_add(g, *idx, key, shape, unique=False):
 def _place_rows(z, pieces, boxes):
     """z[r0:r0 + nr, c0:c0 + nc] += piece for each piece and box (r0, nr, c0, nc), a row of z at
     a time: the row stays in cache while every piece adds to it (one pass over z where NumPy's
-    z[index] += piece makes one per piece)."""
+    z[index] += piece makes one per piece). The inner loop runs over two 1-d views from 0, so
+    LLVM sees unit strides and no negative index and vectorises it (indexing z[i, c0 + j]
+    did not: 2.6 ms for a 512 x 512 stencil's nine pieces, 0.9 ms so)."""
     for i in range(z.shape[0]):
+        row = z[i]
         for k in range(len(pieces)):
             r = i - boxes[k, 0]
             if r >= 0 and r < boxes[k, 1]:
-                p = pieces[k]
                 c0 = boxes[k, 2]
-                for j in range(boxes[k, 3]):
-                    z[i, c0 + j] += p[r, j]
+                dst = row[c0:c0 + boxes[k, 3]]
+                src = pieces[k][r]
+                for j in range(dst.shape[0]):
+                    dst[j] += src[j]
 
 
 def _box(index, shape):
